@@ -1,0 +1,32 @@
+# The two commands: `make run` serves the demo, `make test` runs the tests.
+PY := .venv/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint fmt bootstrap migrate conformance clean
+
+bootstrap:
+	@scripts/bootstrap
+
+run: bootstrap
+	$(PY) manage.py migrate --no-input -v0
+	$(PY) manage.py seed_demo --if-empty
+	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+
+test: bootstrap
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: bootstrap
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	$(PY) -m mypy .
+
+fmt: bootstrap
+	$(PY) -m ruff format .
+	$(PY) -m ruff check --fix .
+
+migrate: bootstrap
+	$(PY) manage.py migrate --no-input
+
+clean:
+	rm -rf .venv .tools var .conformance

@@ -1,0 +1,17 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from audit.models import AuditEvent, ChainHead
+from mcptasks.admin import ReadOnlyAdmin
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyAdmin):
+    list_display = ("chain", "seq", "created_at", "action", "actor_display", "task_id")
+    list_filter = ("action", "chain")
+
+
+@admin.register(ChainHead)
+class ChainHeadAdmin(ReadOnlyAdmin):
+    list_display = ("chain", "seq", "hash", "updated_at")

@@ -1,0 +1,59 @@
+"""Append-only, hash-chained audit events.
+
+Fields of :class:`AuditEvent`:
+
+- ``chain``: ``tenant:<slug>`` for tenant events, ``system`` for events with no tenant.
+- ``seq``: position in the chain, 1-based, gap-free.
+- ``created_at``: when the event was recorded (UTC).
+- ``tenant_id``: the tenant, as a plain column (null on the system chain).
+- ``actor_kind``: ``principal`` (an MCP token), ``user`` (dashboard / API), ``operator``,
+  ``system`` (workers, sweepers).
+- ``actor_id`` / ``actor_display``: user id and a display name.
+- ``action``: dotted verb, e.g. ``task.created``, ``task.cancel_requested``.
+- ``task_id``: a plain column, never a foreign key: audit outlives tasks.
+- ``data``: the redacted, size-capped payload.
+- ``request_id``: the id of the request that caused the event, when there was one.
+- ``prev_hash`` / ``hash``: SHA-256 chain, ``hash = sha256(prev_hash || jcs(event))``.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils import timezone
+
+
+class ChainHead(models.Model):
+    """One row per chain; locked last in every writing transaction."""
+
+    chain = models.CharField(max_length=80, primary_key=True)
+    seq = models.BigIntegerField(default=0)
+    hash = models.CharField(max_length=64, default="0" * 64)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+
+class AuditEvent(models.Model):
+    chain = models.CharField(max_length=80)
+    seq = models.BigIntegerField()
+    created_at = models.DateTimeField(default=timezone.now)
+    tenant_id = models.BigIntegerField(null=True, blank=True)
+    actor_kind = models.CharField(max_length=16)
+    actor_id = models.CharField(max_length=64, blank=True, default="")
+    actor_display = models.CharField(max_length=200, blank=True, default="")
+    action = models.CharField(max_length=64)
+    task_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    data = models.JSONField(default=dict)
+    request_id = models.CharField(max_length=64, blank=True, default="")
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "seq"], name="audit_chain_seq_unique")
+        ]
+        indexes = [
+            models.Index(fields=["tenant_id", "-created_at"], name="audit_tenant_created"),
+            models.Index(fields=["action", "-created_at"], name="audit_action_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chain}#{self.seq} {self.action}"

@@ -1,0 +1,15 @@
+"""ASGI entry point: the `/mcp` app beside Django (DESIGN §5)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcptasks.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_application = get_asgi_application()
+
+from mcptasks.protocol.app import build_application  # noqa: E402
+
+application = build_application(django_application)

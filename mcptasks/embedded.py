@@ -1,0 +1,113 @@
+"""The embedded default's in-process worker and beat (DESIGN §9).
+
+`manage.py serve` starts them (never AppConfig.ready). Jobs are the same functions Celery runs in
+production (mcptasks.jobs); this module only replaces the broker with an in-memory heap.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from datetime import datetime
+from typing import Any
+
+from django.db import close_old_connections
+
+log = logging.getLogger(__name__)
+
+_heap: list[tuple[float, int, str, dict[str, Any]]] = []
+_counter = itertools.count()
+_cond = threading.Condition()
+_stop = threading.Event()
+_threads: list[threading.Thread] = []
+
+
+def submit(job: str, kwargs: dict[str, Any], eta: datetime | None = None) -> None:
+    due = eta.timestamp() if eta is not None else time.time()
+    with _cond:
+        heapq.heappush(_heap, (due, next(_counter), job, kwargs))
+        _cond.notify()
+
+
+def pending() -> int:
+    with _cond:
+        return len(_heap)
+
+
+def clear() -> None:
+    with _cond:
+        _heap.clear()
+
+
+def _run(job: str, kwargs: dict[str, Any]) -> None:
+    from mcptasks import jobs
+
+    try:
+        getattr(jobs, job).run(**kwargs)
+    except Exception:
+        log.exception("embedded job failed", extra={"job": job})
+    finally:
+        close_old_connections()
+
+
+def _take(block: bool) -> tuple[str, dict[str, Any]] | None:
+    with _cond:
+        while not _stop.is_set():
+            now = time.time()
+            if _heap and _heap[0][0] <= now:
+                _, _, job, kwargs = heapq.heappop(_heap)
+                return job, kwargs
+            if not block:
+                return None
+            _cond.wait(timeout=min(1.0, _heap[0][0] - now) if _heap else 1.0)
+    return None
+
+
+def drain(max_jobs: int = 10_000) -> int:
+    """Run every job that is due, in this thread (tests and one-off commands); return count."""
+    done = 0
+    while done < max_jobs and (item := _take(block=False)) is not None:
+        _run(*item)
+        done += 1
+    return done
+
+
+def _worker_loop() -> None:
+    while not _stop.is_set():
+        item = _take(block=True)
+        if item is not None:
+            _run(*item)
+
+
+def _beat_loop(interval: float) -> None:
+    while not _stop.wait(interval):
+        submit("sweep", {})
+
+
+def start(workers: int = 2, beat_interval: float = 1.0) -> None:
+    """Start worker threads and the beat thread (idempotent)."""
+    if _threads:
+        return
+    _stop.clear()
+    for number in range(workers):
+        thread = threading.Thread(target=_worker_loop, name=f"mcptasks-worker-{number}",
+                                  daemon=True)
+        thread.start()
+        _threads.append(thread)
+    beat = threading.Thread(target=_beat_loop, args=(beat_interval,), name="mcptasks-beat",
+                            daemon=True)
+    beat.start()
+    _threads.append(beat)
+    submit("sweep", {})
+
+
+def stop() -> None:
+    _stop.set()
+    with _cond:
+        _cond.notify_all()
+    for thread in _threads:
+        thread.join(timeout=5)
+    _threads.clear()

@@ -1,0 +1,38 @@
+"""Celery entry points: thin and idempotent (STYLE rule 8). Take ids, reload, call."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from mcptasks import lifecycle, sweeps
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="mcptasks.run_task")
+def run_task(task_id: str) -> None:
+    """Run or resume a task (returns quietly if it is gone, taken or terminal)."""
+    from mcptasks import runner
+
+    runner.run_task(task_id)
+
+
+@shared_task(name="mcptasks.wake_task")
+def wake_task(task_id: str) -> None:
+    try:
+        lifecycle.task_wake(task_id=task_id)
+    except lifecycle.LifecycleError:
+        pass  # already woken by the sweep, cancelled, or not yet due (the sweep will)
+
+
+@shared_task(name="mcptasks.revoke_task")
+def revoke_task(task_id: str) -> None:
+    """A force-cancelled task's worker stops at its next write: fencing refuses it."""
+    log.info("task force-cancelled; its running attempt is fenced off", extra={"task_id": task_id})
+
+
+@shared_task(name="mcptasks.sweep")
+def sweep() -> dict[str, int]:
+    return sweeps.run_all()

@@ -1,0 +1,323 @@
+"""The durable task core: tenants, memberships, API tokens, tasks, input requests, effects.
+
+Rows here are written through ``mcptasks.lifecycle`` only (task state) and the token helpers below;
+``save()`` carries no logic (STYLE anti-patterns).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
+
+
+def new_task_id() -> str:
+    """A 192-bit url-safe random id (DESIGN §3: ≥128 bits from `secrets`)."""
+    return secrets.token_urlsafe(24)
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(unique=True, max_length=64)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    MEMBER = "member"
+    ADMIN = "admin"
+    OPERATOR = "operator"
+    AUDITOR = "auditor"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "tenant", "role"], name="membership_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role}@{self.tenant}"
+
+
+TOKEN_PREFIX = "mcpt"
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """The MCP principal: a bearer token ``mcpt_<lookup>_<secret>``.
+
+    Only the lookup prefix and the SHA-256 of the 256-bit secret are stored; the plaintext is
+    returned once by :meth:`issue`. SHA-256 rather than a password hasher: the secret is random,
+    so a slow hash adds nothing but hundreds of ms per request.
+    """
+
+    lookup = models.CharField(max_length=16, unique=True)
+    secret_hash = models.CharField(max_length=64)
+    name = models.CharField(max_length=100, blank=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    DEFAULT_SCOPES = ("mcp",)
+
+    def __str__(self) -> str:
+        return f"{TOKEN_PREFIX}_{self.lookup}_… ({self.user})"
+
+    @classmethod
+    def issue(
+        cls,
+        *,
+        user: models.Model,
+        tenant: Tenant,
+        name: str = "",
+        scopes: list[str] | None = None,
+        expires_at: timezone.datetime | None = None,
+    ) -> tuple[ApiToken, str]:
+        """Create a token; return it and the plaintext, which is never stored or shown again."""
+        lookup = secrets.token_hex(6)
+        secret = secrets.token_urlsafe(32)
+        token = cls.objects.create(
+            lookup=lookup,
+            secret_hash=hash_secret(secret),
+            name=name,
+            user=user,
+            tenant=tenant,
+            scopes=list(scopes if scopes is not None else cls.DEFAULT_SCOPES),
+            expires_at=expires_at,
+        )
+        return token, f"{TOKEN_PREFIX}_{lookup}_{secret}"
+
+    @staticmethod
+    def split(plaintext: str) -> tuple[str, str] | None:
+        parts = plaintext.split("_", 2)
+        if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1] or not parts[2]:
+            return None
+        return parts[1], parts[2]
+
+    def matches(self, secret: str) -> bool:
+        return hmac.compare_digest(self.secret_hash, hash_secret(secret))
+
+    def is_active(self, now: timezone.datetime | None = None) -> bool:
+        now = now or timezone.now()
+        if self.revoked_at is not None:
+            return False
+        return self.expires_at is None or self.expires_at > now
+
+    def has_scope(self, scope: str) -> bool:
+        """Scopes are hierarchical: ``mcp`` covers ``mcp:tasks`` and ``mcp:tools``."""
+        return any(scope == held or scope.startswith(held + ":") for held in self.scopes)
+
+    def touch(self, now: timezone.datetime | None = None) -> None:
+        """Record use at most once per interval: one conditional UPDATE, never on every request."""
+        now = now or timezone.now()
+        interval = timedelta(seconds=settings.MCPTASKS_TOKEN_LAST_USED_INTERVAL_S)
+        if self.last_used_at is not None and now - self.last_used_at < interval:
+            return
+        ApiToken.objects.filter(pk=self.pk).filter(
+            models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=now - interval)
+        ).update(last_used_at=now)
+        self.last_used_at = now
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SLEEPING = "sleeping"
+    AWAITING_INPUT = "awaiting_input"
+    AWAITING_OPERATOR = "awaiting_operator"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
+ACTIVE_STATES = frozenset(set(TaskState) - TERMINAL_STATES)
+
+
+class Task(models.Model):
+    id = models.CharField(primary_key=True, max_length=64, default=new_task_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tasks")
+    principal = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks"
+    )
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks"
+    )
+    tool_name = models.CharField(max_length=128)
+    arguments = models.JSONField(default=dict)
+    argument_digest = models.CharField(max_length=64)
+    server_build = models.CharField(max_length=100)
+    policy_revision = models.CharField(max_length=64)
+    backend_job_id = models.CharField(max_length=200, blank=True, default="")
+    state = models.CharField(max_length=24, choices=TaskState.choices, default=TaskState.QUEUED)
+    status_message = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    ttl_ms = models.BigIntegerField(null=True, blank=True)
+    poll_interval_ms = models.IntegerField(default=1000)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    cancel_reason = models.TextField(blank=True, default="")
+    lease_owner = models.CharField(max_length=100, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempt = models.IntegerField(default=0)  # fencing token: bumped by every claim
+    version = models.IntegerField(default=1)  # bumped by every visible change
+    wake_at = models.DateTimeField(null=True, blank=True)
+    client_capabilities = models.JSONField(default=dict)
+    # Idempotency of creation: the MRTR requestState nonce or a client idempotency key.
+    creation_key = models.CharField(max_length=128, null=True, blank=True)
+    # The step keys of the first run, in order: a replay that diverges fails the task.
+    step_log = models.JSONField(default=list)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="task_tenant_created"),
+            models.Index(fields=["principal", "-created_at"], name="task_principal_created"),
+            models.Index(fields=["state", "wake_at"], name="task_state_wake"),
+            models.Index(fields=["state", "lease_expires_at"], name="task_state_lease"),
+            models.Index(fields=["state", "expires_at"], name="task_state_expires"),
+            models.Index(fields=["backend_job_id"], name="task_backend_job"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["principal", "creation_key"],
+                condition=models.Q(creation_key__isnull=False),
+                name="task_creation_key_unique",
+            )
+        ]
+        permissions = [("answer_task", "May answer the task's operator input requests")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name}:{self.id[:8]} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class TaskUserObjectPermission(UserObjectPermissionBase):
+    """Per-task delegations (django-guardian, direct foreign key). Used only by access.py."""
+
+    content_object = models.ForeignKey(Task, on_delete=models.CASCADE)
+
+
+class TaskGroupObjectPermission(GroupObjectPermissionBase):
+    content_object = models.ForeignKey(Task, on_delete=models.CASCADE)
+
+
+class TaskStep(models.Model):
+    """A recorded replay step (now, uuid, sleep, job…): its outcome is returned on replay."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps")
+    key = models.CharField(max_length=200)
+    kind = models.CharField(max_length=32)
+    value = models.JSONField(null=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "key"], name="step_unique_key")]
+
+
+class Audience(models.TextChoices):
+    CLIENT = "client"
+    OPERATOR = "operator"
+    ANY = "any"
+
+
+class InputState(models.TextChoices):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    SUPERSEDED = "superseded"
+    EXPIRED = "expired"
+
+
+class InputRequest(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="input_requests")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=200)
+    method = models.CharField(max_length=32)
+    params = models.JSONField(default=dict)
+    audience = models.CharField(max_length=16, choices=Audience.choices, default=Audience.CLIENT)
+    forbid_self_approval = models.BooleanField(default=False)
+    state = models.CharField(max_length=16, choices=InputState.choices, default=InputState.PENDING)
+    response = models.JSONField(null=True, blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_via = models.CharField(max_length=16, blank=True, default="")
+    answered_at = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "key"], name="input_unique_key")]
+        indexes = [
+            models.Index(fields=["tenant", "audience", "state"], name="input_pending_by_tenant"),
+            models.Index(fields=["state", "deadline_at"], name="input_state_deadline"),
+        ]
+
+
+class EffectState(models.TextChoices):
+    INTENDED = "intended"
+    APPLIED = "applied"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    RECONCILED_APPLIED = "reconciled_applied"
+    RECONCILED_NOT_APPLIED = "reconciled_not_applied"
+
+
+class Effect(models.Model):
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="effects")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    step = models.CharField(max_length=200)
+    idempotency_key = models.CharField(max_length=200)
+    idempotent = models.BooleanField(default=False)
+    state = models.CharField(max_length=32, choices=EffectState.choices)
+    external_ref = models.CharField(max_length=500, blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    attempt = models.IntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    reconciled_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    reconcile_note = models.TextField(blank=True, default="")
+    reconciled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "step"], name="effect_unique_step")]
+        indexes = [models.Index(fields=["tenant", "state"], name="effect_tenant_state")]

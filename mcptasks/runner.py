@@ -1,0 +1,383 @@
+"""Replay execution of tools as durable tasks (DESIGN §4).
+
+Each run claims the task (lease + attempt), calls the tool function from the top with a
+:class:`TaskContext` bound to the task's records — steps already done return their recorded
+outcome — and ends by completing, failing or suspending the task through lifecycle.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid as uuid_module
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import jsonschema
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from audit.record import Actor
+from mcptasks import lifecycle
+from mcptasks.lifecycle import InputSpec, error_object
+from mcptasks.models import (
+    Audience,
+    Effect,
+    EffectState,
+    InputRequest,
+    InputState,
+    Task,
+    TaskState,
+    TaskStep,
+)
+from mcptasks.tools.context import (
+    ELICIT,
+    ROOTS,
+    SAMPLE,
+    Answer,
+    NonDeterministicTool,
+    Question,
+    Suspend,
+    ToolContext,
+    ToolDefinitionError,
+    ToolError,
+)
+from mcptasks.tools.registry import ToolDef, registry
+from mcptasks.tools.results import to_call_tool_result
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MISSING_CAPABILITY = -32021
+REPORT_INTERVAL_S = 1.0
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+class Stop(Suspend):
+    """The attempt no longer holds the task (cancelled, fenced off): stop without writing."""
+
+
+class MissingCapability(Exception):
+    def __init__(self, capability: str) -> None:
+        super().__init__(
+            f"The client that created this task did not declare the '{capability}' capability")
+        self.capability = capability
+
+
+class TaskContext(ToolContext):
+    """The replayed context of one attempt of one task."""
+
+    def __init__(self, task: Task, tool_def: ToolDef) -> None:
+        self.task = task
+        self.tool = tool_def
+        self.tool_name = task.tool_name
+        self.arguments = task.arguments
+        self.attempt = task.attempt
+        self.capabilities = task.client_capabilities or {}
+        self.recorded_log: list[str] = list(task.step_log or [])
+        self.sequence: list[str] = []
+        self.keys: set[str] = set()
+        self.steps = {s.key: s for s in TaskStep.objects.filter(task_id=task.pk)}
+        self.inputs = {r.key: r for r in InputRequest.objects.filter(task_id=task.pk)}
+        self.effects = {e.step: e for e in Effect.objects.filter(task_id=task.pk)}
+        self.counters: dict[str, int] = {}
+        self.last_report = 0.0
+
+    # ------------------------------------------------------------ safe points and steps
+    def _safe_point(self) -> None:
+        """Stop if the attempt lost the task; honour cancel intent."""
+        row = Task.objects.filter(pk=self.task.pk).values(
+            "state", "attempt", "cancel_requested_at").first()
+        if row is None or row["state"] != TaskState.RUNNING or row["attempt"] != self.attempt:
+            raise Stop()
+        if row["cancel_requested_at"] is not None:
+            lifecycle.task_cancel_now(task_id=self.task.pk, attempt=self.attempt,
+                                      actor=Actor.system("worker"))
+            raise Stop()
+
+    def _step(self, key: str, kind: str) -> None:
+        self._safe_point()
+        if not isinstance(key, str) or not key:
+            raise ToolDefinitionError(f"{kind} needs a non-empty string key")
+        if key in self.keys:
+            raise ToolDefinitionError(f"step key {key!r} used twice in one run")
+        self.keys.add(key)
+        entry = f"{kind}:{key}"
+        position = len(self.sequence)
+        self.sequence.append(entry)
+        if position < len(self.recorded_log):
+            if self.recorded_log[position] != entry:
+                raise NonDeterministicTool(
+                    f"step {position + 1} was {self.recorded_log[position]!r} when first run "
+                    f"and is {entry!r} now; code between ctx calls must be deterministic")
+        else:
+            self.recorded_log.append(entry)
+            lifecycle.task_record_step_log(task_id=self.task.pk, attempt=self.attempt,
+                                           step_log=self.recorded_log)
+
+    def _auto_key(self, kind: str) -> str:
+        number = self.counters.get(kind, 0) + 1
+        self.counters[kind] = number
+        return f"{kind}#{number}"
+
+    def _recorded(self, key: str, kind: str, make: Callable[[], Any]) -> Any:
+        self._step(key, kind)
+        step = self.steps.get(key)
+        if step is not None:
+            return step.value
+        value = make()
+        lifecycle.task_record_step(task_id=self.task.pk, attempt=self.attempt, key=key,
+                                   kind=kind, value=value)
+        return value
+
+    # ------------------------------------------------------------ the API
+    def report(self, message: str) -> None:
+        self._safe_point()
+        now = time.monotonic()
+        if now - self.last_report < REPORT_INTERVAL_S:
+            return
+        self.last_report = now
+        lifecycle.task_report(task_id=self.task.pk, attempt=self.attempt, message=str(message))
+
+    def now(self) -> datetime:
+        value = self._recorded(self._auto_key("now"), "now", lambda: timezone.now().isoformat())
+        parsed = parse_datetime(value)
+        assert parsed is not None
+        return parsed
+
+    def uuid(self) -> uuid_module.UUID:
+        return uuid_module.UUID(self._recorded(self._auto_key("uuid"), "uuid",
+                                               lambda: str(uuid_module.uuid4())))
+
+    def job(self, external_id: str) -> None:
+        self._safe_point()
+        lifecycle.task_record_job(task_id=self.task.pk, attempt=self.attempt,
+                                  backend_job_id=str(external_id))
+
+    def _require(self, capability: str) -> None:
+        if capability not in self.capabilities:
+            raise MissingCapability(capability)
+
+    def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
+        if not questions:
+            raise ToolDefinitionError("ask_many needs at least one question")
+        for key in questions:
+            self._step(key, "ask")
+        specs = []
+        for key, question in questions.items():
+            if key in self.inputs:
+                continue
+            audience = question.audience
+            if audience in (Audience.CLIENT, Audience.ANY) and "elicitation" not in self.capabilities:
+                if audience == Audience.CLIENT and not self.tool.operator_fallback:
+                    raise MissingCapability("elicitation")
+                audience = Audience.OPERATOR
+            timeout = question.timeout_s or self.tool.max_input_wait_s
+            specs.append(InputSpec(
+                key=key, method=ELICIT, params=question.params(), audience=audience,
+                forbid_self_approval=question.forbid_self_approval,
+                deadline_at=timezone.now() + timedelta(seconds=timeout) if timeout else None))
+        if specs:
+            self._suspend_for(specs)
+        return {key: self._answer_of(key) for key in questions}
+
+    def _answer_of(self, key: str) -> Answer:
+        request = self.inputs[key]
+        if request.state == InputState.ANSWERED:
+            return Answer.from_response(request.response or {})
+        if request.state == InputState.EXPIRED:
+            return Answer(action="timeout")
+        raise Stop()  # still pending: this attempt should not be running
+
+    def _suspend_for(self, specs: list[InputSpec]) -> None:
+        lifecycle.task_request_input(task_id=self.task.pk, attempt=self.attempt, requests=specs)
+        raise Suspend()
+
+    def _single_request(self, key: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._step(key, "ask")
+        if key not in self.inputs:
+            self._suspend_for([InputSpec(key=key, method=method, params=params)])
+        return self._answer_of(key).raw
+
+    def sample(self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256,
+               **params: Any) -> dict[str, Any]:
+        self._require("sampling")
+        return self._single_request(key, SAMPLE, {"messages": messages,
+                                                  "maxTokens": max_tokens, **params})
+
+    def roots(self, key: str) -> list[dict[str, Any]]:
+        self._require("roots")
+        return list(self._single_request(key, ROOTS, {}).get("roots") or [])
+
+    def effect(self, step: str, fn: Callable[[str], T], *, idempotent: bool = False) -> T:
+        self._step(step, "effect")
+        idempotency_key = f"{self.task.pk}:{step}"
+        existing = self.effects.get(step)
+        if existing is not None:
+            if existing.state in (EffectState.APPLIED, EffectState.RECONCILED_APPLIED):
+                return existing.result  # type: ignore[no-any-return]
+            if existing.state == EffectState.INTENDED and not idempotent:
+                # Started, never confirmed: the outcome is unknown.
+                lifecycle.task_mark_effect_unknown(task_id=self.task.pk, attempt=self.attempt,
+                                                   step=step)
+                raise Suspend()
+            if existing.state in (EffectState.UNKNOWN, EffectState.FAILED):
+                raise Stop()
+        lifecycle.task_effect_intended(task_id=self.task.pk, attempt=self.attempt, step=step,
+                                       idempotency_key=idempotency_key, idempotent=idempotent)
+        value = fn(idempotency_key)
+        stored = json.loads(json.dumps(value, default=str))
+        lifecycle.task_effect_applied(task_id=self.task.pk, attempt=self.attempt, step=step,
+                                      result=stored)
+        return stored  # type: ignore[no-any-return]
+
+    def sleep(self, key: str, seconds: float) -> None:
+        wake_at = parse_datetime(self._recorded(
+            key, "sleep", lambda: (timezone.now() + timedelta(seconds=seconds)).isoformat()))
+        assert wake_at is not None
+        if timezone.now() >= wake_at:
+            return
+        lifecycle.task_sleep(task_id=self.task.pk, attempt=self.attempt, wake_at=wake_at)
+        raise Suspend()
+
+    def wait_until(self, key: str, check: Callable[[], bool], *, every: float = 5.0,
+                   timeout_s: float | None = None) -> None:
+        self._step(key, "wait")
+        step = self.steps.get(key)
+        if step is not None and (step.value or {}).get("done"):
+            return
+        if check():
+            lifecycle.task_record_step(task_id=self.task.pk, attempt=self.attempt, key=key,
+                                       kind="wait", value={"done": True})
+            return
+        lifecycle.task_sleep(task_id=self.task.pk, attempt=self.attempt,
+                             wake_at=timezone.now() + timedelta(seconds=every))
+        raise Suspend()
+
+
+class LeaseKeeper:
+    """Renews the lease of a running attempt in the background while a step runs."""
+
+    def __init__(self, task_id: str, attempt: int) -> None:
+        self.task_id, self.attempt = task_id, attempt
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True,
+                                       name=f"lease-{task_id[:8]}")
+
+    def _loop(self) -> None:
+        interval = max(settings.MCPTASKS_LEASE_S / 3, 0.5)
+        try:
+            while not self.stopped.wait(interval):
+                try:
+                    lifecycle.task_renew_lease(task_id=self.task_id, attempt=self.attempt)
+                except lifecycle.LifecycleError:
+                    return
+                except Exception:
+                    log.warning("lease renewal failed", exc_info=True)
+        finally:
+            close_old_connections()
+
+    def __enter__(self) -> LeaseKeeper:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+
+def run_task(task_id: str, worker: str | None = None) -> str | None:
+    """Claim and run one attempt of a task; return the state it left the task in.
+
+    Returns None when the task could not be claimed (gone, running elsewhere, terminal).
+    """
+    try:
+        task = lifecycle.task_claim(task_id=task_id, worker=worker or worker_name())
+    except lifecycle.LifecycleError:
+        return None
+    tool_def = registry.get(task.tool_name)
+    if tool_def is None:
+        return _fail(task, f"Tool {task.tool_name!r} is no longer available on this server")
+    binding_error = _check_binding(task, tool_def)
+    if binding_error:
+        return _fail(task, binding_error)
+    context = TaskContext(task, tool_def)
+    with LeaseKeeper(task.pk, task.attempt):
+        return _execute(task, tool_def, context)
+
+
+def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
+    """A task resumed under another build or policy: continue and audit it, or refuse."""
+    changes = {}
+    if task.server_build != settings.MCPTASKS_SERVER_BUILD:
+        changes["server_build"] = [task.server_build, settings.MCPTASKS_SERVER_BUILD]
+    if task.policy_revision != tool_def.policy_revision:
+        changes["policy_revision"] = [task.policy_revision, tool_def.policy_revision]
+    if not changes:
+        return None
+    if tool_def.on_build_change == "fail":
+        return (f"Task was created under {task.server_build}/{task.policy_revision} and the tool "
+                f"{task.tool_name!r} refuses to resume under a different build or policy")
+    lifecycle.task_note_binding_change(task_id=task.pk, attempt=task.attempt, changes=changes)
+    return None
+
+
+def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
+    try:
+        value = tool_def.fn(context, **task.arguments)
+    except Suspend:
+        return _state_of(task.pk)
+    except lifecycle.LifecycleError as exc:
+        log.info("attempt stopped: %s", exc, extra={"task_id": task.pk})
+        return _state_of(task.pk)
+    except ToolError as exc:
+        return _complete(task, {"resultType": "complete",
+                                "content": [{"type": "text", "text": str(exc)}],
+                                "isError": True})
+    except MissingCapability as exc:
+        return _fail(task, str(exc), code=MISSING_CAPABILITY,
+                     data={"requiredCapabilities": {exc.capability: {}}})
+    except ToolDefinitionError as exc:
+        label = "Non-deterministic tool" if isinstance(exc, NonDeterministicTool) else "Tool error"
+        return _fail(task, f"{label}: {exc}")
+    except Exception:
+        log.exception("tool raised", extra={"task_id": task.pk, "tool": task.tool_name})
+        return _fail(task, f"Tool {task.tool_name!r} failed with an internal error")
+    try:
+        result = to_call_tool_result(value, tool_def)
+    except (TypeError, ValueError, jsonschema.ValidationError) as exc:
+        log.warning("tool result rejected: %s", exc, extra={"task_id": task.pk})
+        return _fail(task, f"Tool {task.tool_name!r} returned a result that does not match "
+                           "its outputSchema")
+    return _complete(task, result)
+
+
+def _state_of(task_id: str) -> str | None:
+    return Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
+
+
+def _complete(task: Task, result: dict[str, Any]) -> str | None:
+    try:
+        return lifecycle.task_complete(task_id=task.pk, attempt=task.attempt, result=result).state
+    except lifecycle.LifecycleError:
+        return _state_of(task.pk)
+
+
+def _fail(task: Task, message: str, code: int = lifecycle.INTERNAL_ERROR,
+          data: Any = None) -> str | None:
+    try:
+        return lifecycle.task_fail(task_id=task.pk, attempt=task.attempt,
+                                   actor=Actor.system("worker"),
+                                   error=error_object(message, code=code, data=data)).state
+    except lifecycle.LifecycleError:
+        return _state_of(task.pk)

@@ -1,0 +1,270 @@
+"""Settings for mcptasks: one file, read from environment variables.
+
+With no variables set it boots the embedded default (SQLite under ``var/``, in-memory channel
+layer, in-process worker). ``DATABASE_URL`` and ``REDIS_URL`` switch to PostgreSQL and Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from urllib.parse import urlparse
+
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("MCPTASKS_VAR_DIR", BASE_DIR / "var"))
+
+
+# ---------------------------------------------------------------- env helpers
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), got {raw!r}")
+
+
+def env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def local_key(filename: str) -> str:
+    """Return a key kept under var/ for the embedded default, creating it on first use."""
+    path = VAR_DIR / filename
+    if path.exists():
+        return path.read_text().strip()
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48)
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+def secret(name: str, filename: str) -> str:
+    value = env_str(name)
+    if value:
+        return value
+    if PRODUCTION:
+        raise ImproperlyConfigured(f"{name} must be set when DATABASE_URL or REDIS_URL is set")
+    return local_key(filename)
+
+
+def parse_redis_url(name: str, raw: str) -> tuple[str, int]:
+    """Validate a redis:// URL and return (url without db, db number)."""
+    parsed = urlparse(raw)
+    if parsed.scheme not in {"redis", "rediss"} or not parsed.hostname:
+        raise ImproperlyConfigured(
+            f"{name} must look like redis://host:6379/0, got {raw!r} (scheme or host missing)"
+        )
+    try:
+        parsed.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} has an invalid port: {raw!r}") from None
+    path = parsed.path.strip("/")
+    if path and not path.isdigit():
+        raise ImproperlyConfigured(f"{name} database must be a number, got {path!r} in {raw!r}")
+    base = raw.split("?")[0]
+    base = base[: len(base) - len(parsed.path)] if parsed.path else base
+    return base, int(path or 0)
+
+
+# ---------------------------------------------------------------- mode
+DATABASE_URL = env_str("DATABASE_URL")
+REDIS_URL = env_str("REDIS_URL")
+PRODUCTION = bool(DATABASE_URL or REDIS_URL)
+DEBUG = env_bool("DEBUG", default=not PRODUCTION)
+
+SECRET_KEY = secret("SECRET_KEY", "secret_key")
+# Key for MRTR requestState (Fernet, AEAD); derived material lives in mcptasks.protocol.
+REQUEST_STATE_KEY = secret("MCPTASKS_REQUEST_STATE_KEY", "request_state_key")
+AUDIT_SIGNING_KEY = secret("MCPTASKS_AUDIT_SIGNING_KEY", "audit_signing_key")
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "::1"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# ---------------------------------------------------------------- apps
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "guardian",
+    "channels",
+    "mcptasks",
+    "audit",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "mcptasks.urls"
+ASGI_APPLICATION = "mcptasks.asgi.application"
+WSGI_APPLICATION = None
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
+
+# ---------------------------------------------------------------- database
+if DATABASE_URL:
+    import dj_database_url
+
+    parsed_db = urlparse(DATABASE_URL)
+    if parsed_db.scheme not in {"postgres", "postgresql", "pgsql"} or not parsed_db.path.strip("/"):
+        raise ImproperlyConfigured(
+            "DATABASE_URL must look like postgres://user@host:5432/dbname, "
+            f"got {DATABASE_URL!r} (only PostgreSQL is supported)"
+        )
+    try:
+        _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+    except Exception as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is malformed: {exc}") from None
+    if env_bool("DATABASE_POOL", default=True):
+        _db["OPTIONS"] = {
+            "pool": {
+                "min_size": env_int("DATABASE_POOL_MIN", 1),
+                "max_size": env_int("DATABASE_POOL_MAX", 20),
+                "timeout": 10,
+            }
+        }
+    DATABASES = {"default": _db}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": env_str("SQLITE_PATH", str(VAR_DIR / "mcptasks.sqlite3")),
+            "OPTIONS": {
+                # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock
+                # at BEGIN so two writers queue on the busy timeout instead of failing with
+                # "database is locked" when a read transaction tries to upgrade.
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+            # A file, not :memory:, so tests exercise WAL and concurrent writers like production.
+            "TEST": {"NAME": str(VAR_DIR / "test-mcptasks.sqlite3")},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# ---------------------------------------------------------------- redis, celery, channels
+if REDIS_URL:
+    _redis_base, _redis_db = parse_redis_url("REDIS_URL", REDIS_URL)
+    CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", f"{_redis_base}/{_redis_db}")
+    CHANNEL_REDIS_URL = env_str("CHANNEL_REDIS_URL", f"{_redis_base}/{_redis_db + 1}")
+    parse_redis_url("CELERY_BROKER_URL", CELERY_BROKER_URL)
+    parse_redis_url("CHANNEL_REDIS_URL", CHANNEL_REDIS_URL)
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [CHANNEL_REDIS_URL]},
+        }
+    }
+    MCPTASKS_EMBEDDED_WORKER = False
+else:
+    CELERY_BROKER_URL = "memory://"
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Jobs run on the worker thread that `manage.py serve` starts (mcptasks.embedded).
+    MCPTASKS_EMBEDDED_WORKER = True
+
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 3600)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 3540)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# ---------------------------------------------------------------- auth, i18n, static
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+LOGIN_URL = "/admin/login/"
+
+# ---------------------------------------------------------------- mcptasks
+MCPTASKS_VERSION = "0.1.0"
+MCPTASKS_COMMIT = env_str("MCPTASKS_COMMIT", "dev")
+MCPTASKS_SERVER_BUILD = f"{MCPTASKS_VERSION}+{MCPTASKS_COMMIT}"
+MCPTASKS_TOOL_PACKS = env_list("MCPTASKS_TOOL_PACKS", ["mcptasks.tools.demo"])
+MCPTASKS_CONFORMANCE_MODE = env_bool("MCPTASKS_CONFORMANCE_MODE", default=False)
+MCPTASKS_STRICT_MCP_NAME = env_bool("MCPTASKS_STRICT_MCP_NAME", default=False)
+MCPTASKS_MAX_REQUEST_BYTES = env_int("MCPTASKS_MAX_REQUEST_BYTES", 1_048_576)
+MCPTASKS_DEFAULT_TTL_MS = env_int("MCPTASKS_DEFAULT_TTL_MS", 3_600_000)
+MCPTASKS_DEFAULT_POLL_INTERVAL_MS = env_int("MCPTASKS_DEFAULT_POLL_INTERVAL_MS", 1000)
+MCPTASKS_TERMINAL_GRACE_S = env_int("MCPTASKS_TERMINAL_GRACE_S", 3600)
+MCPTASKS_LEASE_S = env_int("MCPTASKS_LEASE_S", 30)
+MCPTASKS_MAX_RESULT_BYTES = env_int("MCPTASKS_MAX_RESULT_BYTES", 1_048_576)
+MCPTASKS_AUDIT_MAX_DATA_BYTES = env_int("MCPTASKS_AUDIT_MAX_DATA_BYTES", 16_384)
+MCPTASKS_TOKEN_LAST_USED_INTERVAL_S = 60
+
+# ---------------------------------------------------------------- logging
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,91 @@
+"""Periodic sweeps (Celery beat / the embedded beat thread).
+
+Each sweep lists candidates with one query and applies a lifecycle verb per row; the verb's
+conditional UPDATE makes two sweeps running at once harmless (the loser gets a LifecycleError).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from mcptasks import events, lifecycle
+from mcptasks.models import TERMINAL_STATES, InputRequest, InputState, Task, TaskState
+
+log = logging.getLogger(__name__)
+BATCH = 500
+
+
+def _each(ids: list[str], verb: str, **kwargs: object) -> int:
+    done = 0
+    for task_id in ids:
+        try:
+            getattr(lifecycle, verb)(task_id=task_id, **kwargs)
+            done += 1
+        except lifecycle.LifecycleError:
+            pass  # another sweeper or a worker moved it first
+    return done
+
+
+def reap_leases() -> int:
+    ids = list(Task.objects.filter(state=TaskState.RUNNING, lease_expires_at__lt=Now())
+               .values_list("pk", flat=True)[:BATCH])
+    return _each(ids, "task_requeue")
+
+
+def wake_timers() -> int:
+    ids = list(Task.objects.filter(state=TaskState.SLEEPING, wake_at__lte=timezone.now())
+               .values_list("pk", flat=True)[:BATCH])
+    return _each(ids, "task_wake")
+
+
+def expire_tasks() -> int:
+    ids = list(Task.objects.exclude(state__in=TERMINAL_STATES)
+               .filter(expires_at__lte=timezone.now()).values_list("pk", flat=True)[:BATCH])
+    return _each(ids, "task_expire")
+
+
+def purge_tasks() -> int:
+    cutoff = timezone.now() - timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
+    ids = list(Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
+               .values_list("pk", flat=True)[:BATCH])
+    return sum(1 for task_id in ids if lifecycle.task_purge(task_id=task_id))
+
+
+def timeout_inputs() -> int:
+    done = 0
+    rows = (InputRequest.objects.filter(state=InputState.PENDING,
+                                        deadline_at__lte=timezone.now())
+            .values_list("task_id", "key")[:BATCH])
+    for task_id, key in rows:
+        try:
+            lifecycle.task_timeout_input(task_id=task_id, key=key)
+            done += 1
+        except lifecycle.LifecycleError:
+            pass
+    return done
+
+
+def redeliver_queued(older_than_s: float = 5.0) -> int:
+    """Deliver again queued tasks nobody claimed: the broker may have lost the message."""
+    cutoff = timezone.now() - timedelta(seconds=older_than_s)
+    ids = list(Task.objects.filter(state=TaskState.QUEUED, updated_at__lt=cutoff)
+               .values_list("pk", flat=True)[:BATCH])
+    for task_id in ids:
+        events.dispatch_job("run_task", {"task_id": task_id})
+    return len(ids)
+
+
+def run_all() -> dict[str, int]:
+    return {
+        "reaped": reap_leases(),
+        "woken": wake_timers(),
+        "expired": expire_tasks(),
+        "purged": purge_tasks(),
+        "input_timeouts": timeout_inputs(),
+        "redelivered": redeliver_queued(),
+    }

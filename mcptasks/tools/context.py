@@ -1,0 +1,124 @@
+"""What a tool function sees: the ``ToolContext`` interface and its value types (DESIGN §4).
+
+Two implementations: ``mcptasks.runner.TaskContext`` (replayed, durable, a task) and
+``mcptasks.tools.inline.InlineContext`` (in the request, MRTR). Every call is a cancellation
+safe point in a task.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+ELICIT = "elicitation/create"
+SAMPLE = "sampling/createMessage"
+ROOTS = "roots/list"
+
+
+class ToolError(Exception):
+    """Raised by a tool for a business failure: the result is ``isError: true`` (not failed)."""
+
+
+class ToolDefinitionError(Exception):
+    """The tool broke a rule of the tool API (e.g. ask after effect inline, duplicate key)."""
+
+
+class NonDeterministicTool(ToolDefinitionError):
+    """A replay took a different path than the recorded run."""
+
+
+class Suspend(BaseException):  # noqa: N818 - a control-flow signal, not an error
+    """Stops the tool function; derived from BaseException so ``except Exception`` can't eat it."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The answer to one input request. ``action`` is accept / decline / cancel (or
+    ``timeout`` when an input wait expired and the tool asked to handle it)."""
+
+    action: str
+    content: dict[str, Any] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        return self.action == "accept"
+
+    @classmethod
+    def from_response(cls, response: dict[str, Any]) -> Answer:
+        return cls(action=str(response.get("action", "accept")),
+                   content=dict(response.get("content") or {}), raw=response)
+
+
+@dataclass(frozen=True)
+class Question:
+    """One elicitation: a message, a flat JSON schema, and who may answer."""
+
+    message: str
+    schema: dict[str, Any]
+    audience: str = "client"
+    forbid_self_approval: bool = False
+    before_task: bool = False
+    timeout_s: float | None = None
+
+    def params(self) -> dict[str, Any]:
+        return {"mode": "form", "message": self.message, "requestedSchema": self.schema}
+
+
+class ToolContext:
+    """The interface tools call. Subclasses implement the primitives."""
+
+    tool_name: str
+    arguments: dict[str, Any]
+
+    def report(self, message: str) -> None:
+        raise NotImplementedError
+
+    def ask(self, key: str, message: str, schema: dict[str, Any], *, audience: str = "client",
+            forbid_self_approval: bool = False, before_task: bool = False,
+            timeout_s: float | None = None) -> Answer:
+        """Ask one question; returns its Answer once answered (suspends until then)."""
+        question = Question(message=message, schema=schema, audience=audience,
+                            forbid_self_approval=forbid_self_approval,
+                            before_task=before_task, timeout_s=timeout_s)
+        return self.ask_many({key: question})[key]
+
+    def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
+        """Ask several questions at once; returns when every one is answered."""
+        raise NotImplementedError
+
+    def sample(self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256,
+               **params: Any) -> dict[str, Any]:
+        """``sampling/createMessage``; returns the client's CreateMessageResult."""
+        raise NotImplementedError
+
+    def roots(self, key: str) -> list[dict[str, Any]]:
+        """``roots/list``; returns the client's roots."""
+        raise NotImplementedError
+
+    def effect(self, step: str, fn: Callable[[str], T], *, idempotent: bool = False) -> T:
+        """Run a side effect once; ``fn`` receives the idempotency key to pass downstream."""
+        raise NotImplementedError
+
+    def sleep(self, key: str, seconds: float) -> None:
+        raise NotImplementedError
+
+    def wait_until(self, key: str, check: Callable[[], bool], *, every: float = 5.0,
+                   timeout_s: float | None = None) -> None:
+        """Durable polling: suspend and re-check every ``every`` seconds until ``check()``."""
+        raise NotImplementedError
+
+    def job(self, external_id: str) -> None:
+        """Record the backend job id this task maps to."""
+        raise NotImplementedError
+
+    def now(self) -> datetime:
+        raise NotImplementedError
+
+    def uuid(self) -> uuid.UUID:
+        raise NotImplementedError

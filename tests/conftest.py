@@ -1,0 +1,101 @@
+"""The fixed cast (STYLE rule 16), service markers, and factories."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from django.conf import settings
+
+    # The tests' own tools (tests/toolpack.py) beside the shipped packs.
+    if "tests.toolpack" not in settings.MCPTASKS_TOOL_PACKS:
+        settings.MCPTASKS_TOOL_PACKS = [*settings.MCPTASKS_TOOL_PACKS, "tests.toolpack"]
+
+
+def _available(name: str) -> str | None:
+    """None if the service a marker needs is available, else why not."""
+    if name == "pg":
+        return None if os.environ.get("DATABASE_URL") else "DATABASE_URL is not set"
+    if name == "redis":
+        return None if os.environ.get("REDIS_URL") else "REDIS_URL is not set"
+    if name == "live":
+        return None if os.environ.get("MCPTASKS_LIVE_TESTS") == "1" else \
+            "MCPTASKS_LIVE_TESTS=1 is not set"
+    if name == "browser":
+        if os.environ.get("MCPTASKS_BROWSER_TESTS") != "1":
+            return "MCPTASKS_BROWSER_TESTS=1 is not set"
+        return None if shutil.which("chromium") else "chromium is not installed"
+    if name == "conformance":
+        return None if os.environ.get("MCPTASKS_CONFORMANCE_TESTS") == "1" else \
+            "MCPTASKS_CONFORMANCE_TESTS=1 is not set"
+    return None
+
+
+SERVICE_MARKERS = ("pg", "redis", "live", "browser", "conformance")
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    required = {m.strip() for m in os.environ.get("MCPTASKS_REQUIRE_MARKERS", "").split(",")}
+    for name in SERVICE_MARKERS:
+        if item.get_closest_marker(name) is None:
+            continue
+        reason = _available(name)
+        if reason is None:
+            continue
+        if name in required:
+            pytest.fail(f"CI requires the {name!r} tests to run, but {reason}", pytrace=False)
+        pytest.skip(f"needs {name}: {reason}")
+
+
+@pytest.fixture
+def cast(db: Any) -> dict[str, dict[str, Any]]:
+    """alice, adam (acme members), amy (acme admin), bob (globex member), olga (operator for
+    acme and globex), carl (auditor for acme and globex) — each with a token."""
+    from mcptasks.management.commands.seed_demo import seed_cast
+
+    return seed_cast()
+
+
+@pytest.fixture
+def users(cast: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {name: entry["user"] for name, entry in cast.items()}
+
+
+@pytest.fixture
+def make_task(cast: dict[str, dict[str, Any]]) -> Callable[..., Any]:
+    """Create a task through lifecycle for a cast member; returns the Task."""
+    from audit.record import Actor
+    from mcptasks import lifecycle
+
+    def make(owner: str = "alice", tool_name: str = "echo_task",
+             arguments: dict[str, Any] | None = None, **options: Any) -> Any:
+        entry = cast[owner]
+        task, _ = lifecycle.task_create(
+            spec=lifecycle.NewTask(
+                tenant_id=entry["tenant"].pk, principal_id=entry["user"].pk,
+                tool_name=tool_name, arguments=arguments or {}, policy_revision="test",
+                ttl_ms=options.pop("ttl_ms", 60_000),
+                client_capabilities=options.pop(
+                    "client_capabilities",
+                    {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}),
+                **options),
+            actor=Actor.for_user(entry["user"], kind="principal"))
+        return task
+
+    return make
+
+
+@pytest.fixture
+def run_jobs() -> Iterator[Callable[[], int]]:
+    """Run the jobs queued for the in-process worker, in this thread; returns how many ran."""
+    from mcptasks import embedded
+
+    embedded.clear()
+    yield embedded.drain
+    embedded.clear()
