@@ -1,12 +1,228 @@
-"""Placeholder until the endpoint issue: answers 404 on /mcp."""
+"""The `/mcp` ASGI application: stateless 2026-07-28 Streamable HTTP (PROTOCOL §1, §8.2).
+
+Validation runs in the project's order: Origin/Host → HTTP method and media types → size →
+JSON parse and envelope → Mcp-Method / Mcp-Name → `_meta` → MCP-Protocol-Version → version →
+authentication → method known → capability gating → params (in the handler). Handlers run on
+a thread pool (``thread_sensitive=False``) so database access never funnels through one thread.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+import secrets
 from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import close_old_connections
+
+from audit.record import current_request_id
+from mcptasks.auth import AuthError, Principal, authenticate_bearer
+from mcptasks.protocol import headers as header_rules
+from mcptasks.protocol import jsonrpc
+from mcptasks.protocol.call import (
+    META_CAPABILITIES,
+    META_SERVER_INFO,
+    META_VERSION,
+    PROTOCOL_VERSION,
+    SUPPORTED_VERSIONS,
+    TASKS_EXTENSION,
+    Call,
+)
+from mcptasks.protocol.errors import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    McpError,
+    missing_capability,
+)
+from mcptasks.protocol.handlers import METHODS, TASK_METHODS, server_info
+
+log = logging.getLogger(__name__)
+
+LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$", re.IGNORECASE)
+REMOVED_METHODS = frozenset({
+    "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe",
+    "tasks/result", "tasks/list", "notifications/initialized",
+})
+
+
+class HttpError(Exception):
+    """A transport-level refusal with a plain body (not a JSON-RPC error)."""
+
+    def __init__(self, status: int, message: str, extra_headers: list[tuple[bytes, bytes]]
+                 | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.extra_headers = status, message, extra_headers or []
+
+
+def _allowed_host(host: str) -> bool:
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host.split("]")[0] + "]"
+    allowed = settings.ALLOWED_HOSTS
+    return "*" in allowed or name.lower() in {h.lower() for h in allowed}
+
+
+def _allowed_origin(origin: str) -> bool:
+    if LOCAL_ORIGIN.match(origin):
+        return True
+    return origin in getattr(settings, "MCPTASKS_ALLOWED_ORIGINS", [])
 
 
 class McpApplication:
+    """ASGI callable for POST /mcp."""
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        await send({"type": "http.response.start", "status": 404,
-                    "headers": [(b"content-type", b"application/json")]})
-        await send({"type": "http.response.body", "body": b"{}"})
+        request_id = secrets.token_hex(8)
+        token = current_request_id.set(request_id)
+        try:
+            status, body, extra = await self._respond(scope, receive)
+        finally:
+            current_request_id.reset(token)
+        response_headers = [(b"x-request-id", request_id.encode()), *extra]
+        if body is None:
+            await send({"type": "http.response.start", "status": status,
+                        "headers": response_headers})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), *response_headers]})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _respond(self, scope: dict[str, Any], receive: Any
+                       ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        try:
+            self._check_transport(scope, headers)
+            body = await self._read_body(receive, headers)
+        except HttpError as exc:
+            return exc.status, {"error": exc.message}, exc.extra_headers
+        request_id: str | int | None = None
+        try:
+            message = jsonrpc.parse(body)
+            request_id = message.id
+            if message.is_notification:
+                return 202, None, []
+            call = self._envelope(message, headers)
+            principal = await sync_to_async(self._authenticate, thread_sensitive=False)(
+                headers.get("authorization"))
+            handler = self._gate(message.method, message.params, call.capabilities)
+            call.principal = principal
+            result = await sync_to_async(self._run, thread_sensitive=False)(handler, call)
+        except AuthError as exc:
+            challenge = (f'Bearer realm="mcptasks", error="{exc.error}", '
+                         f'error_description="{exc.description}", scope="{exc.scope}"')
+            return exc.status, {"error": exc.error, "error_description": exc.description}, [
+                (b"www-authenticate", challenge.encode())]
+        except McpError as exc:
+            rid = request_id if request_id is not None else getattr(exc, "request_id", None)
+            return exc.http_status, jsonrpc.error_response(rid, exc), []
+        except Exception:
+            log.exception("unhandled error on /mcp")
+            error = McpError(INTERNAL_ERROR, "Internal error")
+            return 500 if request_id is None else 200, jsonrpc.error_response(request_id, error), []
+        meta = result.setdefault("_meta", {})
+        meta.setdefault(META_SERVER_INFO, server_info())
+        return 200, jsonrpc.result_response(request_id, result), []
+
+    # ------------------------------------------------------------ steps
+    def _check_transport(self, scope: dict[str, Any], headers: dict[str, str]) -> None:
+        origin = headers.get("origin")
+        if origin is not None and not _allowed_origin(origin.strip()):
+            raise HttpError(403, "Forbidden: Origin not allowed")
+        host = headers.get("host", "")
+        if not _allowed_host(host):
+            raise HttpError(403, "Forbidden: Host not allowed")
+        if scope["method"] != "POST":
+            raise HttpError(405, "Method Not Allowed: the MCP endpoint accepts POST only",
+                            [(b"allow", b"POST")])
+        content_type = headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            raise HttpError(415, "Unsupported Media Type: send Content-Type: application/json")
+        accept = headers.get("accept")
+        if accept is not None and accept.strip() and not any(
+                kind in accept for kind in ("application/json", "text/event-stream", "*/*",
+                                            "application/*")):
+            raise HttpError(406, "Not Acceptable: accept application/json or text/event-stream")
+
+    async def _read_body(self, receive: Any, headers: dict[str, str]) -> bytes:
+        limit = settings.MCPTASKS_MAX_REQUEST_BYTES
+        declared = headers.get("content-length")
+        too_large = HttpError(413, f"Payload Too Large: the limit is {limit} bytes "
+                                   "(MCPTASKS_MAX_REQUEST_BYTES)")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise too_large
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                raise HttpError(400, "Client disconnected")
+            chunk = event.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+            if not event.get("more_body"):
+                return b"".join(chunks)
+
+    def _envelope(self, message: jsonrpc.Message, headers: dict[str, str]) -> Call:
+        header_rules.check_method_and_name(
+            headers, message.method, message.params,
+            strict_task_name=settings.MCPTASKS_STRICT_MCP_NAME)
+        meta = message.params.get("_meta")
+        if not isinstance(meta, dict):
+            raise McpError(INVALID_PARAMS, "Invalid params: params._meta is required",
+                           http_status=400)
+        version = meta.get(META_VERSION)
+        capabilities = meta.get(META_CAPABILITIES)
+        if not isinstance(version, str) or not version:
+            raise McpError(INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] is required",
+                           http_status=400)
+        if not isinstance(capabilities, dict):
+            raise McpError(INVALID_PARAMS,
+                           f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
+                           http_status=400)
+        header_version = headers.get("mcp-protocol-version")
+        if header_version is None:
+            raise McpError(HEADER_MISMATCH, "Header mismatch: MCP-Protocol-Version is required")
+        if header_rules.decode_value("MCP-Protocol-Version", header_version) != version:
+            raise McpError(HEADER_MISMATCH,
+                           "Header mismatch: MCP-Protocol-Version does not match _meta")
+        if version not in SUPPORTED_VERSIONS:
+            raise McpError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
+                           {"supported": list(SUPPORTED_VERSIONS), "requested": version})
+        return Call(id=message.id, method=message.method, params=message.params,
+                    capabilities=capabilities, protocol_version=version,
+                    principal=None, headers=headers)  # type: ignore[arg-type]
+
+    def _authenticate(self, authorization: str | None) -> Principal:
+        try:
+            return authenticate_bearer(authorization)
+        finally:
+            close_old_connections()
+
+    def _gate(self, method: str, params: dict[str, Any], capabilities: dict[str, Any]) -> Any:
+        handler = METHODS.get(method)
+        if handler is None or method in REMOVED_METHODS:
+            hint = ""
+            if method == "initialize":
+                hint = f"; this server speaks protocol {PROTOCOL_VERSION} only (no initialize)"
+            raise McpError(METHOD_NOT_FOUND, f"Method not found: {method}{hint}")
+        extensions = capabilities.get("extensions")
+        declares_tasks = isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+        if method in TASK_METHODS and not declares_tasks:
+            raise missing_capability({"extensions": {TASKS_EXTENSION: {}}},
+                                     f"{method} needs the {TASKS_EXTENSION} extension")
+        return handler
+
+    def _run(self, handler: Any, call: Call) -> dict[str, Any]:
+        try:
+            return handler(call)  # type: ignore[no-any-return]
+        finally:
+            close_old_connections()

@@ -1,0 +1,79 @@
+"""``tasks/get``, ``tasks/update``, ``tasks/cancel`` (PROTOCOL §4.4–§4.6).
+
+Unknown, expired and other principals' task ids answer the same -32602 through
+:func:`_visible_task`, the one path every method takes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from audit.record import Actor
+from mcptasks import access, lifecycle, wire
+from mcptasks.models import Task, TaskState
+from mcptasks.protocol.call import Call
+from mcptasks.protocol.errors import invalid_params
+from mcptasks.tools.answers import InvalidAnswer, validate_response
+
+ACK = {"resultType": "complete"}
+
+
+def _visible_task(call: Call) -> Task:
+    task_id = call.params.get("taskId")
+    if not isinstance(task_id, str) or not task_id:
+        raise invalid_params("params.taskId must be a non-empty string")
+    task = access.get_visible_task(call.principal.user, task_id)
+    if task is None:
+        raise invalid_params("Failed to retrieve task: Task not found")
+    return task
+
+
+def detailed_for(user: Any, task: Task) -> dict[str, Any]:
+    requests = (access.answerable_requests(user, task, channel="mcp")
+                if task.state == TaskState.AWAITING_INPUT else [])
+    return wire.detailed_task(task, requests)
+
+
+def handle_tasks_get(call: Call) -> dict[str, Any]:
+    task = _visible_task(call)
+    return {"resultType": "complete", **detailed_for(call.principal.user, task)}
+
+
+def handle_tasks_update(call: Call) -> dict[str, Any]:
+    responses = call.params.get("inputResponses")
+    if not isinstance(responses, dict):
+        raise invalid_params("params.inputResponses must be an object")
+    task = _visible_task(call)
+    user = call.principal.user
+    outstanding = {r.key: r for r in access.answerable_requests(user, task, channel="mcp")}
+    accepted: dict[str, dict[str, Any]] = {}
+    for key, response in responses.items():
+        request = outstanding.get(key)
+        if request is None:
+            continue  # never issued, answered, superseded or not this client's: ignored
+        try:
+            accepted[key] = validate_response(request.method, request.params, response)
+        except InvalidAnswer as exc:
+            raise invalid_params(f"inputResponses[{key!r}]: {exc}", {"key": key}) from None
+    actor = Actor.for_user(user, kind="principal")
+    for key, response in accepted.items():
+        try:
+            lifecycle.task_answer_input(task_id=task.pk, key=key, response=response,
+                                        actor=actor, via="mcp")
+        except lifecycle.LifecycleError:
+            pass  # answered concurrently, or the task moved on: nothing outstanding
+    return dict(ACK)
+
+
+def handle_tasks_cancel(call: Call) -> dict[str, Any]:
+    task = _visible_task(call)
+    user = call.principal.user
+    decision = access.can(user, access.Action.CANCEL, task)
+    if not decision:
+        raise invalid_params(f"Cannot cancel task: {decision.reason}")
+    try:
+        lifecycle.task_request_cancel(task_id=task.pk, actor=Actor.for_user(user, "principal"),
+                                      reason="tasks/cancel")
+    except lifecycle.TaskNotFound:
+        raise invalid_params("Failed to retrieve task: Task not found") from None
+    return dict(ACK)

@@ -1,0 +1,148 @@
+"""``tools/call``: inline execution with MRTR, or a durable task (DESIGN §4)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import jsonschema
+
+from audit.record import Actor
+from mcptasks import lifecycle, wire
+from mcptasks.canonical import digest
+from mcptasks.protocol.call import TASKS_EXTENSION, Call
+from mcptasks.protocol.errors import INTERNAL_ERROR, McpError, invalid_params, missing_capability
+from mcptasks.protocol.headers import check_param_headers
+from mcptasks.protocol.request_state import RequestState
+from mcptasks.tools.answers import InvalidAnswer, validate_response
+from mcptasks.tools.context import Suspend, ToolDefinitionError, ToolError
+from mcptasks.tools.inline import InlineContext, InputRequired, MissingClientCapability, StartTask
+from mcptasks.tools.registry import ToolDef, registry
+from mcptasks.tools.results import to_call_tool_result
+
+log = logging.getLogger(__name__)
+
+TASKS_REQUIRED = {"extensions": {TASKS_EXTENSION: {}}}
+
+
+def handle_tools_call(call: Call) -> dict[str, Any]:
+    params = call.params
+    name = params.get("name")
+    if not isinstance(name, str) or not name:
+        raise invalid_params("params.name must be the name of a tool")
+    tool_def = registry.get(name)
+    if tool_def is None:
+        raise invalid_params(f"Unknown tool: {name}")
+    arguments = params.get("arguments", {})
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        raise invalid_params("params.arguments must be an object")
+    check_param_headers(call.headers, tool_def.input_schema, arguments)
+    missing = {cap: spec for cap, spec in tool_def.required_capabilities.items()
+               if cap not in call.capabilities}
+    if missing:
+        raise missing_capability(missing, ", ".join(sorted(missing)))
+    as_task = tool_def.policy == "task" or (tool_def.policy == "auto" and call.declares_tasks)
+    if as_task and not call.declares_tasks:
+        raise missing_capability(TASKS_REQUIRED, f"tool {name!r} runs only as a task")
+    errors = sorted(jsonschema.Draft202012Validator(tool_def.input_schema).iter_errors(arguments),
+                    key=lambda e: list(e.path))
+    if errors:
+        where = "/".join(str(p) for p in errors[0].path) or "arguments"
+        return tool_error_result(f"Invalid arguments for {name}: {where}: {errors[0].message}")
+    state = _open_state(call, tool_def, arguments)
+    context = InlineContext(tool_name=name, arguments=arguments,
+                            capabilities=call.capabilities, answers=state.answers,
+                            pre_task=as_task)
+    try:
+        value = tool_def.fn(context, **arguments)
+    except StartTask:
+        return _create_task(call, tool_def, arguments, state)
+    except InputRequired as pending:
+        state.asked.update(pending.requests)
+        return {"resultType": "input_required", "inputRequests": pending.requests,
+                "requestState": state.seal()}
+    except Suspend:
+        raise McpError(INTERNAL_ERROR, "Tool suspended unexpectedly") from None
+    except MissingClientCapability as exc:
+        raise missing_capability({exc.capability: {}}, exc.capability) from None
+    except ToolError as exc:
+        if as_task:
+            return _create_task(call, tool_def, arguments, state)
+        return tool_error_result(str(exc))
+    except ToolDefinitionError as exc:
+        log.error("tool %s broke the tool API: %s", name, exc)
+        raise McpError(INTERNAL_ERROR, f"Tool {name!r} is misdefined: {exc}") from None
+    except Exception:
+        log.exception("inline tool raised", extra={"tool": name})
+        if as_task:
+            return _create_task(call, tool_def, arguments, state)
+        raise McpError(INTERNAL_ERROR, f"Tool {name!r} failed with an internal error") from None
+    if as_task:
+        return _create_task(call, tool_def, arguments, state)
+    try:
+        return to_call_tool_result(value, tool_def)
+    except (TypeError, ValueError, jsonschema.ValidationError):
+        log.exception("tool %s returned an unusable result", name)
+        raise McpError(INTERNAL_ERROR,
+                       f"Tool {name!r} returned a result that does not match its outputSchema") \
+            from None
+
+
+def tool_error_result(message: str) -> dict[str, Any]:
+    return {"resultType": "complete", "content": [{"type": "text", "text": message}],
+            "isError": True}
+
+
+def _open_state(call: Call, tool_def: ToolDef, arguments: dict[str, Any]) -> RequestState:
+    """The MRTR state of this round: verified ``requestState`` plus this round's answers."""
+    principal = call.principal
+    argument_digest = digest(arguments)
+    raw_state = call.params.get("requestState")
+    responses = call.params.get("inputResponses")
+    if responses is not None and not isinstance(responses, dict):
+        raise invalid_params("params.inputResponses must be an object")
+    if raw_state is None:
+        return RequestState(principal_id=principal.user.pk, tenant_id=principal.tenant.pk,
+                            tool=tool_def.name, argument_digest=argument_digest)
+    state = RequestState.open(raw_state, principal_id=principal.user.pk,
+                              tenant_id=principal.tenant.pk, tool=tool_def.name,
+                              argument_digest=argument_digest)
+    for key, response in (responses or {}).items():
+        request = state.asked.get(key)
+        if request is None or key in state.answers:
+            continue  # not outstanding: ignored (PROTOCOL §3.3)
+        try:
+            state.answers[key] = validate_response(request["method"], request["params"],
+                                                   response)
+        except InvalidAnswer as exc:
+            raise invalid_params(f"inputResponses[{key!r}]: {exc}",
+                                 {"key": key}) from None
+    return state
+
+
+def _create_task(call: Call, tool_def: ToolDef, arguments: dict[str, Any],
+                 state: RequestState) -> dict[str, Any]:
+    principal = call.principal
+    answered = [lifecycle.AnsweredInput(key=key, method=state.asked[key]["method"],
+                                        params=state.asked[key]["params"], response=response)
+                for key, response in state.answers.items() if key in state.asked]
+    task, _ = lifecycle.task_create(
+        spec=lifecycle.NewTask(
+            tenant_id=principal.tenant.pk,
+            principal_id=principal.user.pk,
+            token_id=principal.token_id,
+            tool_name=tool_def.name,
+            arguments=arguments,
+            policy_revision=tool_def.policy_revision,
+            ttl_ms=tool_def.effective_ttl_ms(),
+            poll_interval_ms=tool_def.effective_poll_interval_ms(),
+            client_capabilities=call.capabilities,
+            creation_key=f"mrtr:{state.nonce}" if answered else None,
+            sensitive_keys=tool_def.sensitive,
+            answered_inputs=answered,
+        ),
+        actor=Actor.for_user(principal.user, kind="principal"),
+    )
+    return {"resultType": "task", **wire.task_fields(task)}

@@ -1,0 +1,53 @@
+"""Validation of input responses (ElicitResult, CreateMessageResult, ListRootsResult) against
+the request they answer. Shared by MRTR, tasks/update, the dashboard and the REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+
+from mcptasks.tools.context import ELICIT, ROOTS, SAMPLE
+
+ELICIT_ACTIONS = ("accept", "decline", "cancel")
+
+
+class InvalidAnswer(ValueError):
+    """The response does not fit the request; the message says why."""
+
+
+def validate_response(method: str, params: dict[str, Any], response: Any) -> dict[str, Any]:
+    """Return the response if it answers a ``method`` request with ``params``; else raise."""
+    if not isinstance(response, dict):
+        raise InvalidAnswer("the response must be an object")
+    if method == ELICIT:
+        action = response.get("action")
+        if action not in ELICIT_ACTIONS:
+            raise InvalidAnswer(f"action must be one of {', '.join(ELICIT_ACTIONS)}")
+        content = response.get("content")
+        if action != "accept":
+            return {"action": action}
+        if params.get("mode") == "url":
+            return {"action": action}
+        if content is None:
+            content = {}
+        if not isinstance(content, dict):
+            raise InvalidAnswer("content must be an object")
+        schema = params.get("requestedSchema") or {"type": "object"}
+        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(content),
+                        key=lambda e: list(e.path))
+        if errors:
+            where = "/".join(str(p) for p in errors[0].path) or "content"
+            raise InvalidAnswer(f"{where}: {errors[0].message}")
+        return {"action": action, "content": content}
+    if method == SAMPLE:
+        if not isinstance(response.get("role"), str) or "content" not in response:
+            raise InvalidAnswer("a sampling response needs role and content")
+        return response
+    if method == ROOTS:
+        roots = response.get("roots")
+        if not isinstance(roots, list) or not all(
+                isinstance(r, dict) and isinstance(r.get("uri"), str) for r in roots):
+            raise InvalidAnswer("a roots response needs roots: [{uri, name?}]")
+        return response
+    raise InvalidAnswer(f"unknown input request method {method!r}")

@@ -1,0 +1,143 @@
+"""Inline execution of a tool in the request (``sync`` tools, ``auto`` tools for clients
+without the tasks extension, and the questions a ``task`` tool asks before its task exists).
+
+There is no task row: questions become an MRTR ``InputRequiredResult`` whose sealed
+``requestState`` carries every answer so far, and the retry replays the function with them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid as uuid_module
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from django.utils import timezone
+
+from mcptasks.tools.context import (
+    ELICIT,
+    ROOTS,
+    SAMPLE,
+    Answer,
+    Question,
+    Suspend,
+    ToolContext,
+    ToolDefinitionError,
+)
+
+T = TypeVar("T")
+MAX_INLINE_SLEEP_S = 30.0
+
+
+class InputRequired(Suspend):  # noqa: N818 - control flow
+    """The function needs answers it does not have: ``requests`` go to the client."""
+
+    def __init__(self, requests: dict[str, dict[str, Any]]) -> None:
+        super().__init__()
+        self.requests = requests
+
+
+class StartTask(Suspend):  # noqa: N818 - control flow
+    """A ``task`` tool finished its questions-before-the-task: create the task now."""
+
+
+class MissingClientCapability(Exception):
+    def __init__(self, capability: str) -> None:
+        super().__init__(capability)
+        self.capability = capability
+
+
+class InlineContext(ToolContext):
+    def __init__(self, *, tool_name: str, arguments: dict[str, Any],
+                 capabilities: dict[str, Any], answers: dict[str, dict[str, Any]],
+                 pre_task: bool = False) -> None:
+        self.tool_name = tool_name
+        self.arguments = arguments
+        self.capabilities = capabilities
+        self.answers = answers
+        self.pre_task = pre_task
+        self.asked: dict[str, dict[str, Any]] = {}
+        self.keys: set[str] = set()
+        self.effect_ran = False
+
+    def _plain_call(self) -> None:
+        """Any call other than a pre-task question ends the pre-task phase."""
+        if self.pre_task:
+            raise StartTask()
+
+    def _key(self, key: str) -> None:
+        if key in self.keys:
+            raise ToolDefinitionError(f"step key {key!r} used twice in one run")
+        self.keys.add(key)
+
+    def _need(self, capability: str) -> None:
+        if capability not in self.capabilities:
+            raise MissingClientCapability(capability)
+
+    def _gather(self, requests: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        if self.effect_ran:
+            raise ToolDefinitionError(
+                "an inline tool may call effect only after its last question")
+        for key in requests:
+            self._key(key)
+        self.asked.update(requests)
+        missing = {k: r for k, r in requests.items() if k not in self.answers}
+        if missing:
+            raise InputRequired(missing)
+        return {k: self.answers[k] for k in requests}
+
+    def report(self, message: str) -> None:
+        self._plain_call()
+
+    def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
+        if self.pre_task and not all(q.before_task for q in questions.values()):
+            raise StartTask()
+        self._need("elicitation")
+        answered = self._gather({k: {"method": ELICIT, "params": q.params()}
+                                 for k, q in questions.items()})
+        return {k: Answer.from_response(v) for k, v in answered.items()}
+
+    def sample(self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256,
+               **params: Any) -> dict[str, Any]:
+        self._plain_call()
+        self._need("sampling")
+        return self._gather({key: {"method": SAMPLE, "params": {
+            "messages": messages, "maxTokens": max_tokens, **params}}})[key]
+
+    def roots(self, key: str) -> list[dict[str, Any]]:
+        self._plain_call()
+        self._need("roots")
+        return list(self._gather({key: {"method": ROOTS, "params": {}}})[key].get("roots") or [])
+
+    def effect(self, step: str, fn: Callable[[str], T], *, idempotent: bool = False) -> T:
+        self._plain_call()
+        self._key(step)
+        self.effect_ran = True
+        return fn(f"inline:{uuid_module.uuid4()}:{step}")
+
+    def sleep(self, key: str, seconds: float) -> None:
+        self._plain_call()
+        self._key(key)
+        time.sleep(max(0.0, min(seconds, MAX_INLINE_SLEEP_S)))
+
+    def wait_until(self, key: str, check: Callable[[], bool], *, every: float = 5.0,
+                   timeout_s: float | None = None) -> None:
+        self._plain_call()
+        self._key(key)
+        deadline = time.monotonic() + min(timeout_s or MAX_INLINE_SLEEP_S, MAX_INLINE_SLEEP_S)
+        while not check():
+            if time.monotonic() > deadline:
+                raise ToolDefinitionError(f"wait {key!r} did not finish inline")
+            time.sleep(min(every, 1.0))
+
+    def job(self, external_id: str) -> None:
+        self._plain_call()
+
+    def now(self) -> datetime:
+        self._plain_call()
+        return timezone.now()
+
+    def uuid(self) -> uuid_module.UUID:
+        self._plain_call()
+        return uuid_module.uuid4()
