@@ -30,3 +30,6 @@ migrate: bootstrap
 
 clean:
 	rm -rf .venv .tools var .conformance
+
+conformance: bootstrap
+	scripts/conformance

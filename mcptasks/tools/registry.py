@@ -176,9 +176,13 @@ class Registry:
 
 def tool_packs() -> list[str]:
     packs = list(settings.MCPTASKS_TOOL_PACKS)
-    if settings.MCPTASKS_CONFORMANCE_MODE and "mcptasks.tools.conformance" not in packs:
-        packs.append("mcptasks.tools.conformance")
+    if settings.MCPTASKS_CONFORMANCE_MODE:
+        packs += [p for p in CONFORMANCE_PACKS if p not in packs]
     return packs
+
+
+# The official suite's fixture tools: loaded only in conformance mode.
+CONFORMANCE_PACKS = ("mcptasks.tools.conformance", "mcptasks.tools.conformance_base")
 
 
 registry = Registry()
