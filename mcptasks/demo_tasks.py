@@ -13,7 +13,7 @@ def seed_demo_tasks(cast: dict[str, dict[str, Any]]) -> list[Task]:
     from mcptasks.tools.registry import registry
 
     made: list[Task] = []
-    plans = [
+    plans: list[tuple[str, str, dict[str, Any]]] = [
         ("alice", "deploy_service", {"service": "billing", "version": "1.4.2",
                                      "environment": "production"}),
         ("adam", "run_pipeline", {"pipeline": "nightly-etl", "stages": 3}),
@@ -29,7 +29,7 @@ def seed_demo_tasks(cast: dict[str, dict[str, Any]]) -> list[Task]:
                 tenant_id=entry["tenant"].pk, principal_id=entry["user"].pk,
                 tool_name=tool_name, arguments=arguments,
                 policy_revision=tool.policy_revision, ttl_ms=tool.ttl_ms,
-                poll_interval_ms=tool.poll_interval_ms,
+                poll_interval_ms=tool.effective_poll_interval_ms(),
                 client_capabilities={"elicitation": {},
                                      "extensions": {"io.modelcontextprotocol/tasks": {}}},
                 sensitive_keys=frozenset(tool.sensitive)),

@@ -371,9 +371,9 @@ def task_request_input(*, task_id: str, attempt: int, requests: list[InputSpec],
 def task_sleep(*, task_id: str, attempt: int, wake_at: datetime, message: str = "") -> Task:
     """Suspend a running task on a durable timer; it holds no worker until ``wake_at``."""
     with transaction.atomic():
+        extra: dict[str, Any] = {"status_message": message} if message else {}
         task = _apply(task_id, verb="sleep", target=S.SLEEPING, fence=attempt, wake_at=wake_at,
-                      lease_owner="", lease_expires_at=None,
-                      **({"status_message": message} if message else {}))
+                      lease_owner="", lease_expires_at=None, **extra)
         _audit(task, "task.sleeping", Actor.system("worker"), {"wake_at": wake_at.isoformat()})
         _changed(task)
         task = _after_suspend(task, Actor.system("worker"))

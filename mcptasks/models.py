@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
@@ -95,7 +95,7 @@ class ApiToken(models.Model):
         tenant: Tenant,
         name: str = "",
         scopes: list[str] | None = None,
-        expires_at: timezone.datetime | None = None,
+        expires_at: datetime | None = None,
     ) -> tuple[ApiToken, str]:
         """Create a token; return it and the plaintext, which is never stored or shown again."""
         lookup = secrets.token_hex(6)
@@ -121,7 +121,7 @@ class ApiToken(models.Model):
     def matches(self, secret: str) -> bool:
         return hmac.compare_digest(self.secret_hash, hash_secret(secret))
 
-    def is_active(self, now: timezone.datetime | None = None) -> bool:
+    def is_active(self, now: datetime | None = None) -> bool:
         now = now or timezone.now()
         if self.revoked_at is not None:
             return False
@@ -131,7 +131,7 @@ class ApiToken(models.Model):
         """Scopes are hierarchical: ``mcp`` covers ``mcp:tasks`` and ``mcp:tools``."""
         return any(scope == held or scope.startswith(held + ":") for held in self.scopes)
 
-    def touch(self, now: timezone.datetime | None = None) -> None:
+    def touch(self, now: datetime | None = None) -> None:
         """Record use at most once per interval: one conditional UPDATE, never on every request."""
         now = now or timezone.now()
         interval = timedelta(seconds=settings.MCPTASKS_TOKEN_LAST_USED_INTERVAL_S)

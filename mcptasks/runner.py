@@ -225,7 +225,7 @@ class TaskContext(ToolContext):
         existing = self.effects.get(step)
         if existing is not None:
             if existing.state in (EffectState.APPLIED, EffectState.RECONCILED_APPLIED):
-                return existing.result  # type: ignore[no-any-return]
+                return existing.result  # type: ignore[no-any-return,return-value]
             if existing.state == EffectState.INTENDED and not idempotent:
                 # Started, never confirmed: the outcome is unknown.
                 lifecycle.task_mark_effect_unknown(task_id=self.task.pk, attempt=self.attempt,

@@ -22,7 +22,7 @@ from mcptasks.tools.results import to_call_tool_result
 
 log = logging.getLogger(__name__)
 
-TASKS_REQUIRED = {"extensions": {TASKS_EXTENSION: {}}}
+TASKS_REQUIRED: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}}
 
 
 def handle_tools_call(call: Call) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 
 from mcptasks.tools import Question, ToolContext, ToolError, tool
 
-FIXTURE = {"ttl_ms": 300_000, "poll_interval_ms": 500}
+FIXTURE: dict[str, Any] = {"ttl_ms": 300_000, "poll_interval_ms": 500}
 
 
 @tool(policy="sync")

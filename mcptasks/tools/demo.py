@@ -3,6 +3,7 @@ a wrapper of an external job API. The fakes live in mcptasks.tools.fakes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from mcptasks.tools import ToolContext, ToolError, tool
@@ -57,12 +58,15 @@ def export_dataset(ctx: ToolContext, dataset: str, rows: int = 1000,
     while written < rows:
         number += 1
         count = min(batch, rows - written)
-        ctx.effect(f"batch-{number}", lambda key, c=count: fake_cloud.write_batch(key, dataset, c),
-                   idempotent=True)
+        ctx.effect(f"batch-{number}", _batch_writer(dataset, count), idempotent=True)
         written += count
         ctx.report(f"Exported {written}/{rows} rows of {dataset}")
     return {"dataset": dataset, "rows": written,
             "artifact": f"s3://exports/{dataset}/{ctx.uuid()}.csv"}
+
+
+def _batch_writer(dataset: str, count: int) -> Callable[[str], dict[str, Any]]:
+    return lambda key: fake_cloud.write_batch(key, dataset, count)
 
 
 @tool(policy="task", poll_interval_ms=2000)

@@ -30,7 +30,7 @@ T = TypeVar("T")
 MAX_INLINE_SLEEP_S = 30.0
 
 
-class InputRequired(Suspend):  # noqa: N818 - control flow
+class InputRequired(Suspend):
     """The function needs answers it does not have: ``requests`` go to the client."""
 
     def __init__(self, requests: dict[str, dict[str, Any]]) -> None:
@@ -38,7 +38,7 @@ class InputRequired(Suspend):  # noqa: N818 - control flow
         self.requests = requests
 
 
-class StartTask(Suspend):  # noqa: N818 - control flow
+class StartTask(Suspend):
     """A ``task`` tool finished its questions-before-the-task: create the task now."""
 
 
