@@ -377,7 +377,8 @@ def task_sleep(*, task_id: str, attempt: int, wake_at: datetime, message: str = 
         _audit(task, "task.sleeping", Actor.system("worker"), {"wake_at": wake_at.isoformat()})
         _changed(task)
         task = _after_suspend(task, Actor.system("worker"))
-        if task.state == S.SLEEPING:
+        delay = (wake_at - timezone.now()).total_seconds()
+        if task.state == S.SLEEPING and delay <= settings.MCPTASKS_TIMER_ETA_MAX_S:
             events.enqueue_on_commit("wake_task", eta=wake_at, task_id=task.pk)
     return task
 

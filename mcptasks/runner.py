@@ -305,6 +305,9 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
         task = lifecycle.task_claim(task_id=task_id, worker=worker or worker_name())
     except lifecycle.LifecycleError:
         return None
+    if task.attempt > settings.MCPTASKS_MAX_ATTEMPTS:
+        return _fail(task, f"Task exceeded the limit of {settings.MCPTASKS_MAX_ATTEMPTS} "
+                           "attempts (MCPTASKS_MAX_ATTEMPTS); its worker kept dying")
     tool_def = registry.get(task.tool_name)
     if tool_def is None:
         return _fail(task, f"Tool {task.tool_name!r} is no longer available on this server")
