@@ -195,8 +195,9 @@ else:
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 30,
             },
-            # A file, not :memory:, so tests exercise WAL and concurrent writers like production.
-            "TEST": {"NAME": str(VAR_DIR / "test-mcptasks.sqlite3")},
+            # A file, not :memory:, so tests exercise WAL and concurrent writers like production;
+            # one per test process, so concurrent test runs never share it.
+            "TEST": {"NAME": str(VAR_DIR / f"test-mcptasks-{os.getpid()}.sqlite3")},
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
