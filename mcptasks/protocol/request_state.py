@@ -49,6 +49,10 @@ class RequestState:
         if not isinstance(token, str) or not token or len(token) > 1_000_000:
             raise invalid_params("requestState must be the string this server returned")
         try:
+            # Fernet's base64 decoding ignores anything after the padding, so a state with a
+            # suffix appended would verify: accept only the exact canonical encoding we issued.
+            if base64.urlsafe_b64encode(base64.urlsafe_b64decode(token)).decode() != token:
+                raise InvalidToken
             payload = json.loads(_fernet().decrypt(token.encode()))
         except (InvalidToken, ValueError):
             raise invalid_params("requestState failed verification (tampered or not ours)") \

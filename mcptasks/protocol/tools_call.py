@@ -14,9 +14,15 @@ from mcptasks.protocol.call import TASKS_EXTENSION, Call
 from mcptasks.protocol.errors import INTERNAL_ERROR, McpError, invalid_params, missing_capability
 from mcptasks.protocol.headers import check_param_headers
 from mcptasks.protocol.request_state import RequestState
-from mcptasks.tools.answers import InvalidAnswer, validate_response
 from mcptasks.tools.context import Suspend, ToolDefinitionError, ToolError
-from mcptasks.tools.inline import InlineContext, InputRequired, MissingClientCapability, StartTask
+from mcptasks.tools.inline import (
+    InlineContext,
+    InputRequired,
+    InvalidInputResponse,
+    MissingClientCapability,
+    StartTask,
+    TaskRequired,
+)
 from mcptasks.tools.registry import ToolDef, registry
 from mcptasks.tools.results import to_call_tool_result
 
@@ -51,18 +57,31 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     if errors:
         where = "/".join(str(p) for p in errors[0].path) or "arguments"
         return tool_error_result(f"Invalid arguments for {name}: {where}: {errors[0].message}")
-    state = _open_state(call, tool_def, arguments)
+    state, offered = _open_state(call, tool_def, arguments)
     context = InlineContext(tool_name=name, arguments=arguments,
                             capabilities=call.capabilities, answers=state.answers,
-                            pre_task=as_task)
+                            pre_task=as_task, offered=offered)
     try:
-        value = tool_def.fn(context, **arguments)
+        try:
+            value = tool_def.fn(context, **arguments)
+        finally:
+            state.asked.update(context.asked)
     except StartTask:
         return _create_task(call, tool_def, arguments, state)
     except InputRequired as pending:
-        state.asked.update(pending.requests)
         return {"resultType": "input_required", "inputRequests": pending.requests,
                 "requestState": state.seal()}
+    except InvalidInputResponse as exc:
+        raise invalid_params(str(exc), {"key": exc.key}) from None
+    except TaskRequired as exc:
+        if tool_def.policy == "auto":
+            raise missing_capability(
+                TASKS_REQUIRED, f"question {exc.key!r} of tool {name!r} needs a task") from None
+        log.error("tool %s asks question %r inline that its caller may not answer",
+                  name, exc.key)
+        raise McpError(INTERNAL_ERROR, f"Tool {name!r} is misdefined: question {exc.key!r} "
+                       "must be answered by someone other than the caller, which needs a task") \
+            from None
     except Suspend:
         raise McpError(INTERNAL_ERROR, "Tool suspended unexpectedly") from None
     except MissingClientCapability as exc:
@@ -95,8 +114,11 @@ def tool_error_result(message: str) -> dict[str, Any]:
             "isError": True}
 
 
-def _open_state(call: Call, tool_def: ToolDef, arguments: dict[str, Any]) -> RequestState:
-    """The MRTR state of this round: verified ``requestState`` plus this round's answers."""
+def _open_state(call: Call, tool_def: ToolDef, arguments: dict[str, Any]
+                ) -> tuple[RequestState, dict[str, Any]]:
+    """The MRTR state of this round (verified ``requestState``, or a fresh one) and this round's
+    ``inputResponses``, which the tool's questions validate as they are asked (PROTOCOL §3.3:
+    keys it does not ask are ignored; an answer that does not fit its request is -32602)."""
     principal = call.principal
     argument_digest = digest(arguments)
     raw_state = call.params.get("requestState")
@@ -104,22 +126,13 @@ def _open_state(call: Call, tool_def: ToolDef, arguments: dict[str, Any]) -> Req
     if responses is not None and not isinstance(responses, dict):
         raise invalid_params("params.inputResponses must be an object")
     if raw_state is None:
-        return RequestState(principal_id=principal.user.pk, tenant_id=principal.tenant.pk,
-                            tool=tool_def.name, argument_digest=argument_digest)
-    state = RequestState.open(raw_state, principal_id=principal.user.pk,
-                              tenant_id=principal.tenant.pk, tool=tool_def.name,
-                              argument_digest=argument_digest)
-    for key, response in (responses or {}).items():
-        request = state.asked.get(key)
-        if request is None or key in state.answers:
-            continue  # not outstanding: ignored (PROTOCOL §3.3)
-        try:
-            state.answers[key] = validate_response(request["method"], request["params"],
-                                                   response)
-        except InvalidAnswer as exc:
-            raise invalid_params(f"inputResponses[{key!r}]: {exc}",
-                                 {"key": key}) from None
-    return state
+        state = RequestState(principal_id=principal.user.pk, tenant_id=principal.tenant.pk,
+                             tool=tool_def.name, argument_digest=argument_digest)
+    else:
+        state = RequestState.open(raw_state, principal_id=principal.user.pk,
+                                  tenant_id=principal.tenant.pk, tool=tool_def.name,
+                                  argument_digest=argument_digest)
+    return state, responses or {}
 
 
 def _create_task(call: Call, tool_def: ToolDef, arguments: dict[str, Any],

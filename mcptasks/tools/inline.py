@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from django.utils import timezone
 
+from mcptasks.tools.answers import InvalidAnswer, validate_response
 from mcptasks.tools.context import (
     ELICIT,
     ROOTS,
@@ -42,6 +43,24 @@ class StartTask(Suspend):
     """A ``task`` tool finished its questions-before-the-task: create the task now."""
 
 
+class InvalidInputResponse(Suspend):
+    """An ``inputResponses`` entry does not answer the request the tool asks (-32602)."""
+
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"inputResponses[{key!r}]: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class TaskRequired(Suspend):
+    """A question that only an operator (or someone other than the caller) may answer cannot be
+    asked inline: the client would be answering it itself."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
 class MissingClientCapability(Exception):
     def __init__(self, capability: str) -> None:
         super().__init__(capability)
@@ -51,11 +70,15 @@ class MissingClientCapability(Exception):
 class InlineContext(ToolContext):
     def __init__(self, *, tool_name: str, arguments: dict[str, Any],
                  capabilities: dict[str, Any], answers: dict[str, dict[str, Any]],
-                 pre_task: bool = False) -> None:
+                 pre_task: bool = False, offered: dict[str, Any] | None = None) -> None:
         self.tool_name = tool_name
         self.arguments = arguments
         self.capabilities = capabilities
+        # Answers of earlier rounds (verified, from requestState); grows with this round's.
         self.answers = answers
+        # This round's ``inputResponses``, not yet checked: each is validated against the request
+        # the tool actually asks under its key, when it asks it; keys it never asks are ignored.
+        self.offered = offered or {}
         self.pre_task = pre_task
         self.asked: dict[str, dict[str, Any]] = {}
         self.keys: set[str] = set()
@@ -82,6 +105,14 @@ class InlineContext(ToolContext):
         for key in requests:
             self._key(key)
         self.asked.update(requests)
+        for key, request in requests.items():
+            if key in self.answers or key not in self.offered:
+                continue
+            try:
+                self.answers[key] = validate_response(request["method"], request["params"],
+                                                      self.offered[key])
+            except InvalidAnswer as exc:
+                raise InvalidInputResponse(key, str(exc)) from None
         missing = {k: r for k, r in requests.items() if k not in self.answers}
         if missing:
             raise InputRequired(missing)
@@ -93,6 +124,9 @@ class InlineContext(ToolContext):
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         if self.pre_task and not all(q.before_task for q in questions.values()):
             raise StartTask()
+        for key, question in questions.items():
+            if question.audience != "client" or question.forbid_self_approval:
+                raise TaskRequired(key)
         self._need("elicitation")
         answered = self._gather({k: {"method": ELICIT, "params": q.params()}
                                  for k, q in questions.items()})
@@ -141,3 +175,24 @@ class InlineContext(ToolContext):
     def uuid(self) -> uuid_module.UUID:
         self._plain_call()
         return uuid_module.uuid4()
+
+
+def ask_together(ctx: ToolContext, *calls: Callable[[], Any]) -> tuple[Any, ...]:
+    """Make several independent input calls (``ask``, ``sample``, ``roots``) as one round.
+
+    Inline, every unanswered one goes out in a single ``InputRequiredResult`` instead of one
+    round each. In a task the calls simply run in order (each suspends until answered). Returns
+    the calls' results in order.
+    """
+    if not isinstance(ctx, InlineContext):
+        return tuple(call() for call in calls)
+    results: list[Any] = []
+    pending: dict[str, dict[str, Any]] = {}
+    for call in calls:
+        try:
+            results.append(call())
+        except InputRequired as missing:
+            pending.update(missing.requests)
+    if pending:
+        raise InputRequired(pending)
+    return tuple(results)
