@@ -5,10 +5,13 @@ Pass ids and small dicts, never model instances (STYLE rule 6).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
@@ -37,10 +40,50 @@ def enqueue_on_commit(job: str, eta: datetime | None = None, **kwargs: Any) -> N
     transaction.on_commit(lambda: dispatch_job(job, kwargs, eta=eta))
 
 
-def broadcast_on_commit(*, task_id: str, tenant_id: int, version: int) -> None:
-    """Announce ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` after commit.
+_server_loop: asyncio.AbstractEventLoop | None = None
 
-    A no-op until the live-updates issue wires the channel layer: every visible change already
-    calls it, so that issue changes only this function.
-    """
-    transaction.on_commit(lambda: None)
+
+def remember_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Record the server's event loop (the first one, while it runs): the in-memory channel
+    layer lives there."""
+    global _server_loop
+    if _server_loop is None or _server_loop.is_closed() or not _server_loop.is_running():
+        _server_loop = loop
+
+
+def broadcast(task_id: str, tenant_id: int, version: int) -> None:
+    """Send ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` now."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {"type": "task.changed", "task_id": task_id, "tenant_id": tenant_id,
+               "version": version}
+
+    async def send_all() -> None:
+        for group in (f"task.{task_id}", f"tenant.{tenant_id}"):
+            await layer.group_send(group, message)
+
+    try:
+        if settings.MCPTASKS_EMBEDDED_WORKER:
+            # The in-memory layer is not thread-safe: run it on the server's loop.
+            loop = _server_loop
+            if loop is None or loop.is_closed():
+                return  # no stream can be listening in this process
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is loop:
+                loop.create_task(send_all())
+            else:
+                asyncio.run_coroutine_threadsafe(send_all(), loop)
+        else:
+            async_to_sync(send_all)()
+    except Exception:
+        # At most once by design: streams catch up from the database.
+        log.warning("broadcast failed", exc_info=True, extra={"task_id": task_id})
+
+
+def broadcast_on_commit(*, task_id: str, tenant_id: int, version: int) -> None:
+    """Announce ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` after commit."""
+    transaction.on_commit(lambda: broadcast(task_id, tenant_id, version))

@@ -13,6 +13,8 @@ import pytest
 def pytest_configure(config: pytest.Config) -> None:
     from django.conf import settings
 
+    # Fast test settings: a cheap password hasher (the cast's logins are not what is tested).
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # The tests' own tools (tests/toolpack.py) beside the shipped packs.
     if "tests.toolpack" not in settings.MCPTASKS_TOOL_PACKS:
         settings.MCPTASKS_TOOL_PACKS = [*settings.MCPTASKS_TOOL_PACKS, "tests.toolpack"]

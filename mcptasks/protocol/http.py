@@ -8,6 +8,7 @@ a thread pool (``thread_sensitive=False``) so database access never funnels thro
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -19,6 +20,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from audit.record import current_request_id
+from mcptasks import events
 from mcptasks.auth import AuthError, Principal, authenticate_bearer
 from mcptasks.protocol import headers as header_rules
 from mcptasks.protocol import jsonrpc
@@ -41,6 +43,7 @@ from mcptasks.protocol.errors import (
     missing_capability,
 )
 from mcptasks.protocol.handlers import METHODS, TASK_METHODS, server_info
+from mcptasks.protocol.listen import ListenStream, parse_listen
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,14 @@ REMOVED_METHODS = frozenset({
     "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe",
     "tasks/result", "tasks/list", "notifications/initialized",
 })
+
+
+LISTEN = "subscriptions/listen"
+
+
+def _declares_tasks(capabilities: dict[str, Any]) -> bool:
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
 
 class HttpError(Exception):
@@ -78,10 +89,15 @@ class McpApplication:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         request_id = secrets.token_hex(8)
         token = current_request_id.set(request_id)
+        events.remember_loop(asyncio.get_running_loop())
         try:
-            status, body, extra = await self._respond(scope, receive)
+            outcome = await self._respond(scope, receive)
         finally:
             current_request_id.reset(token)
+        if isinstance(outcome, ListenStream):
+            await outcome.run(receive, send)
+            return
+        status, body, extra = outcome
         response_headers = [(b"x-request-id", request_id.encode()), *extra]
         if body is None:
             await send({"type": "http.response.start", "status": status,
@@ -94,7 +110,7 @@ class McpApplication:
         await send({"type": "http.response.body", "body": payload})
 
     async def _respond(self, scope: dict[str, Any], receive: Any
-                       ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+                       ) -> tuple[int, Any, list[tuple[bytes, bytes]]] | ListenStream:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
         try:
@@ -113,6 +129,8 @@ class McpApplication:
                 headers.get("authorization"))
             handler = self._gate(message.method, message.params, call.capabilities)
             call.principal = principal
+            if message.method == LISTEN:
+                return ListenStream(call, parse_listen(call))
             result = await sync_to_async(self._run, thread_sensitive=False)(handler, call)
         except AuthError as exc:
             challenge = (f'Bearer realm="mcptasks", error="{exc.error}", '
@@ -209,14 +227,19 @@ class McpApplication:
 
     def _gate(self, method: str, params: dict[str, Any], capabilities: dict[str, Any]) -> Any:
         handler = METHODS.get(method)
+        if method == LISTEN:
+            notifications = params.get("notifications")
+            if isinstance(notifications, dict) and notifications.get("taskIds") not in (
+                    None, False) and not _declares_tasks(capabilities):
+                raise missing_capability({"extensions": {TASKS_EXTENSION: {}}},
+                                         "taskIds in subscriptions/listen need the extension")
+            return None
         if handler is None or method in REMOVED_METHODS:
             hint = ""
             if method == "initialize":
                 hint = f"; this server speaks protocol {PROTOCOL_VERSION} only (no initialize)"
             raise McpError(METHOD_NOT_FOUND, f"Method not found: {method}{hint}")
-        extensions = capabilities.get("extensions")
-        declares_tasks = isinstance(extensions, dict) and TASKS_EXTENSION in extensions
-        if method in TASK_METHODS and not declares_tasks:
+        if method in TASK_METHODS and not _declares_tasks(capabilities):
             raise missing_capability({"extensions": {TASKS_EXTENSION: {}}},
                                      f"{method} needs the {TASKS_EXTENSION} extension")
         return handler
