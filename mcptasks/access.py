@@ -76,6 +76,11 @@ def _tenant_roles(user: Any, tenant_id: int) -> set[str]:
     return cache.get(tenant_id, set())
 
 
+def is_cross_tenant_operator(user: Any) -> bool:
+    """Staff users holding an operator role somewhere act as operators in every tenant."""
+    return _is_staff_operator(user)
+
+
 def _is_staff_operator(user: Any) -> bool:
     """Staff users holding an operator role somewhere act as operators in every tenant."""
     return bool(user.is_staff) and Membership.objects.filter(user=user,

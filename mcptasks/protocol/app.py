@@ -20,4 +20,14 @@ def build_application(django_application: ASGIApp) -> ASGIApp:
         else:
             await django_application(scope, receive, send)
 
-    return ProtocolTypeRouter({"http": http_router})
+    from channels.auth import AuthMiddlewareStack
+    from channels.routing import URLRouter
+    from channels.security.websocket import AllowedHostsOriginValidator
+    from django.urls import path
+
+    from dashboard.consumers import TaskUpdatesConsumer
+
+    websocket = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter([
+        path("ws/tasks", TaskUpdatesConsumer.as_asgi()),
+    ])))
+    return ProtocolTypeRouter({"http": http_router, "websocket": websocket})
