@@ -273,6 +273,9 @@ MCPTASKS_TIMER_ETA_MAX_S = env_int("MCPTASKS_TIMER_ETA_MAX_S", 60)
 MCPTASKS_MAX_RESULT_BYTES = env_int("MCPTASKS_MAX_RESULT_BYTES", 1_048_576)
 MCPTASKS_AUDIT_MAX_DATA_BYTES = env_int("MCPTASKS_AUDIT_MAX_DATA_BYTES", 16_384)
 MCPTASKS_TOKEN_LAST_USED_INTERVAL_S = 60
+MCPTASKS_STREAM_KEEPALIVE_S = float(env_str("MCPTASKS_STREAM_KEEPALIVE_S", "15"))
+# Streams re-read unfinished tasks this often: the channel layer delivers at most once.
+MCPTASKS_STREAM_CATCH_UP_S = float(env_str("MCPTASKS_STREAM_CATCH_UP_S", "5"))
 
 # ---------------------------------------------------------------- logging
 LOGGING = {

@@ -3,7 +3,7 @@
 After the acknowledgement the stream sends each acknowledged task's current state, then a new
 state whenever a broadcast ``(task id, version)`` is ahead of what it sent. The channel layer
 delivers at most once, so the stream also re-reads the versions of its unfinished tasks every
-``CATCH_UP_S`` seconds; a terminal state is therefore always delivered. Once every task is
+``MCPTASKS_STREAM_CATCH_UP_S`` seconds; a terminal state is therefore always delivered. Once every task is
 terminal and delivered the stream ends with the closing result.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import close_old_connections
 
 from mcptasks import access, events
@@ -26,8 +27,6 @@ from mcptasks.protocol.tasks import detailed_for
 
 log = logging.getLogger(__name__)
 
-KEEPALIVE_S = 15.0
-CATCH_UP_S = 5.0
 MAX_TASK_IDS = 1000
 open_streams = 0
 
@@ -150,6 +149,8 @@ class ListenStream:
         await self._deliver(send, user, task_ids)
         loop = asyncio.get_running_loop()
         last_catch_up = last_write = loop.time()
+        KEEPALIVE_S = settings.MCPTASKS_STREAM_KEEPALIVE_S  # noqa: N806
+        CATCH_UP_S = settings.MCPTASKS_STREAM_CATCH_UP_S  # noqa: N806
         while not disconnected.is_set():
             if task_ids and self.done >= set(task_ids):
                 await send({"type": "http.response.body", "more_body": False, "body": sse({
