@@ -1,0 +1,26 @@
+"""RFC 9457 ``application/problem+json`` errors for the REST API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+
+def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = exception_handler(exc, context)
+    if response is None:
+        return None
+    detail = response.data
+    title = getattr(exc, "default_detail", "Error")
+    body: dict[str, Any] = {"type": "about:blank", "title": str(title),
+                            "status": response.status_code}
+    if isinstance(detail, dict) and set(detail) == {"detail"}:
+        body["detail"] = str(detail["detail"])
+    else:
+        body["detail"] = "Invalid input" if response.status_code in (400, 422) else str(title)
+        body["errors"] = detail
+    response.data = body
+    response.content_type = "application/problem+json"
+    return response

@@ -1,0 +1,7 @@
+"""REST API routes (/api/v1/…, /api/schema/, /api/docs/)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver
+
+urlpatterns: list[URLPattern | URLResolver] = []
