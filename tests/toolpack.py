@@ -33,3 +33,34 @@ def ctx_question(message: str, properties: dict[str, Any]) -> Any:
     from mcptasks.tools import Question
 
     return Question(message=message, schema={"type": "object", "properties": properties})
+
+
+# ---------------------------------------------------------------- issue 5: fault tests
+# tests/faults/ runs this tool in real Celery worker processes and kills them mid-run. The
+# downstream (tests/faults/downstream.py) counts every call per idempotency key in PostgreSQL.
+@tool(policy="task", ttl_ms=1_800_000)
+def fault_steps(ctx: ToolContext, steps: int = 3, sleep_s: float = 0.2, work_s: float = 0.1,
+                slow_step: int = 0, slow_s: float = 0.0) -> dict[str, Any]:
+    """Run ``steps`` idempotent effects against the fake downstream, sleeping durably between.
+
+    The token from ``ctx.uuid()`` travels in every effect's payload, so a replay that lost a
+    recorded outcome (and drew a new token) shows as a mismatch with what the downstream kept.
+    """
+    from tests.faults import downstream
+
+    token = str(ctx.uuid())
+    started = ctx.now().isoformat()
+    attempt = int(getattr(ctx, "attempt", 0))
+    outcomes = []
+    for number in range(1, steps + 1):
+        ctx.report(f"step {number} of {steps}")
+        payload = {"token": token, "step": number}
+        work = slow_s if number == slow_step else work_s
+        outcomes.append(ctx.effect(
+            f"step-{number}",
+            lambda key, payload=payload, work=work: downstream.call(
+                key, payload=payload, work_s=work, attempt=attempt),
+            idempotent=True))
+        if sleep_s and number < steps:
+            ctx.sleep(f"pause-{number}", sleep_s)
+    return {"token": token, "started": started, "steps": outcomes}
