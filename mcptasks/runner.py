@@ -24,6 +24,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from audit.models import AuditEvent
 from audit.record import Actor
 from mcptasks import lifecycle
 from mcptasks.lifecycle import InputSpec, error_object
@@ -305,7 +306,7 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
         task = lifecycle.task_claim(task_id=task_id, worker=worker or worker_name())
     except lifecycle.LifecycleError:
         return None
-    if task.attempt > settings.MCPTASKS_MAX_ATTEMPTS:
+    if _lost_attempts(task.pk) >= settings.MCPTASKS_MAX_ATTEMPTS:
         return _fail(task, f"Task exceeded the limit of {settings.MCPTASKS_MAX_ATTEMPTS} "
                            "attempts (MCPTASKS_MAX_ATTEMPTS); its worker kept dying")
     tool_def = registry.get(task.tool_name)
@@ -317,6 +318,12 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
     context = TaskContext(task, tool_def)
     with LeaseKeeper(task.pk, task.attempt):
         return _execute(task, tool_def, context)
+
+
+def _lost_attempts(task_id: str) -> int:
+    """Attempts whose worker lost the task (requeued by the reaper). ``Task.attempt`` counts
+    every claim, resumes after a timer or an answer included, so it cannot be the limit."""
+    return AuditEvent.objects.filter(task_id=task_id, action="task.requeued").count()
 
 
 def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
