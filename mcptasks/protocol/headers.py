@@ -37,8 +37,13 @@ def decode_value(header: str, raw: str) -> str:
     match = SENTINEL.match(value)
     if match is None:
         return value
+    encoded = match.group(1)
     try:
-        return base64.b64decode(match.group(1), validate=True).decode("utf-8")
+        decoded = base64.b64decode(encoded, validate=True)
+        # Only the canonical encoding: b64decode tolerates excess padding ("…YXNr=").
+        if base64.b64encode(decoded).decode() != encoded:
+            raise ValueError(encoded)
+        return decoded.decode("utf-8")
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise mismatch(f"{header} has invalid base64 in its =?base64?…?= value") from None
 

@@ -62,6 +62,10 @@ def _declares_tasks(capabilities: dict[str, Any]) -> bool:
     return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
 
+class ClientGone(Exception):
+    """The client disconnected before its request was read: nothing is sent (T7)."""
+
+
 class HttpError(Exception):
     """A transport-level refusal with a plain body (not a JSON-RPC error)."""
 
@@ -94,6 +98,8 @@ class McpApplication:
             outcome = await self._respond(scope, receive)
         finally:
             current_request_id.reset(token)
+        if outcome is None:
+            return  # the client is gone: a disconnect cancels the request, nothing is sent
         if isinstance(outcome, ListenStream):
             await outcome.run(receive, send)
             return
@@ -110,12 +116,14 @@ class McpApplication:
         await send({"type": "http.response.body", "body": payload})
 
     async def _respond(self, scope: dict[str, Any], receive: Any
-                       ) -> tuple[int, Any, list[tuple[bytes, bytes]]] | ListenStream:
+                       ) -> tuple[int, Any, list[tuple[bytes, bytes]]] | ListenStream | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
         try:
             self._check_transport(scope, headers)
             body = await self._read_body(receive, headers)
+        except ClientGone:
+            return None
         except HttpError as exc:
             return exc.status, {"error": exc.message}, exc.extra_headers
         request_id: str | int | None = None
@@ -123,6 +131,9 @@ class McpApplication:
             message = jsonrpc.parse(body)
             request_id = message.id
             if message.is_notification:
+                # Accepted (and ignored) only from an authenticated client, like any request.
+                await sync_to_async(self._authenticate, thread_sensitive=False)(
+                    headers.get("authorization"))
                 return 202, None, []
             call = self._envelope(message, headers)
             principal = await sync_to_async(self._authenticate, thread_sensitive=False)(
@@ -180,7 +191,7 @@ class McpApplication:
         while True:
             event = await receive()
             if event["type"] == "http.disconnect":
-                raise HttpError(400, "Client disconnected")
+                raise ClientGone()
             chunk = event.get("body", b"")
             size += len(chunk)
             if size > limit:
