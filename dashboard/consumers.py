@@ -14,7 +14,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import close_old_connections
 
 from mcptasks import access, events
-from mcptasks.models import Task, Tenant
+from mcptasks.models import Task, TaskState, Tenant
 from mcptasks.wire import WIRE_STATUS
 
 
@@ -33,7 +33,7 @@ def _update_for(user: Any, task_id: str) -> dict[str, Any] | None:
         if task is None or not access.can(user, access.Action.VIEW, task):
             return None
         return {"type": "task", "task_id": task.pk, "version": task.version,
-                "state": task.state, "status": WIRE_STATUS[task.state],
+                "state": task.state, "status": WIRE_STATUS[TaskState(task.state)],
                 "status_message": task.status_message[:200]}
     finally:
         close_old_connections()

@@ -214,14 +214,16 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     """Create a queued task and enqueue its first run; return ``(task, created)``.
 
     With a ``creation_key`` the same principal gets the existing task back instead of a second
-    one (``created`` False), so a replayed request never creates two tasks.
+    one (``created`` False), so a replayed request never creates two tasks; the key is honoured
+    for ``MCPTASKS_IDEMPOTENCY_WINDOW_S``. Raises :class:`CreationKeyConflict` when the key was
+    used for other arguments, :class:`LimitExceeded` past an active-task limit.
     """
+    now = timezone.now()
     if spec.creation_key:
-        existing = Task.objects.filter(principal_id=spec.principal_id,
-                                       creation_key=spec.creation_key).first()
+        existing = _existing_for_key(spec, now)
         if existing is not None:
             return existing, False
-    now = timezone.now()
+    _check_active_limits(spec)
     try:
         with transaction.atomic():
             task = Task.objects.create(
@@ -266,9 +268,52 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
         if not spec.creation_key:
             raise
         # A concurrent identical request won the unique (principal, creation_key) race.
-        return Task.objects.select_related("tenant").get(
-            principal_id=spec.principal_id, creation_key=spec.creation_key), False
+        winner = _existing_for_key(spec, now)
+        if winner is None:
+            raise
+        return winner, False
     return task, True
+
+
+class CreationKeyConflict(LifecycleError):
+    """The idempotency key was already used by this principal for a different call."""
+
+
+class LimitExceeded(LifecycleError):
+    """A configured limit refuses the request; the message names the limit and its setting."""
+
+
+def _existing_for_key(spec: NewTask, now: datetime) -> Task | None:
+    existing = (Task.objects.select_related("tenant")
+                .filter(principal_id=spec.principal_id, creation_key=spec.creation_key).first())
+    if existing is None:
+        return None
+    window = timedelta(seconds=settings.MCPTASKS_IDEMPOTENCY_WINDOW_S)
+    if existing.created_at < now - window:
+        # The key expired: release it so this request creates a new task.
+        Task.objects.filter(pk=existing.pk, creation_key=spec.creation_key).update(
+            creation_key=None)
+        return None
+    if existing.tool_name != spec.tool_name or existing.argument_digest != digest(spec.arguments):
+        raise CreationKeyConflict(
+            "idempotency key already used for a different call "
+            f"(task {existing.pk} with tool {existing.tool_name!r} and other arguments)")
+    return existing
+
+
+def _check_active_limits(spec: NewTask) -> None:
+    """Active (non-terminal) tasks per principal and per tenant. Checked by count at creation,
+    so concurrent creations may overshoot by at most the number of requests in flight."""
+    active = Task.objects.filter(state__in=ACTIVE_STATES)
+    limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL
+    if active.filter(principal_id=spec.principal_id).count() >= limit:
+        raise LimitExceeded(f"Too many active tasks for this principal: the limit is {limit} "
+                            "(MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL); wait for some to finish "
+                            "or cancel them")
+    limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT
+    if active.filter(tenant_id=spec.tenant_id).count() >= limit:
+        raise LimitExceeded(f"Too many active tasks for this tenant: the limit is {limit} "
+                            "(MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT)")
 
 
 # ---------------------------------------------------------------- worker verbs
@@ -292,7 +337,8 @@ def task_requeue(*, task_id: str) -> Task:
     """Give a running task whose lease expired back to the queue (the reaper's verb)."""
     with transaction.atomic():
         task = _apply(task_id, verb="requeue", target=S.QUEUED, where=Q(lease_expires_at__lt=Now()),
-                      lease_owner="", lease_expires_at=None)
+                      lease_owner="", lease_expires_at=None,
+                      lost_attempts=F("lost_attempts") + 1)
         _audit(task, "task.requeued", Actor.system("reaper"), {"attempt": task.attempt})
         _changed(task)
         _run_on_commit(task)

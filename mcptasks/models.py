@@ -195,6 +195,9 @@ class Task(models.Model):
     lease_owner = models.CharField(max_length=100, blank=True, default="")
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     attempt = models.IntegerField(default=0)  # fencing token: bumped by every claim
+    # Attempts lost with their worker (lease expired, re-queued by the reaper): the limit
+    # MCPTASKS_MAX_ATTEMPTS counts these, not resumes after a timer or an answer.
+    lost_attempts = models.IntegerField(default=0)
     version = models.IntegerField(default=1)  # bumped by every visible change
     wake_at = models.DateTimeField(null=True, blank=True)
     client_capabilities = models.JSONField(default=dict)

@@ -24,7 +24,6 @@ from django.db import close_old_connections
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from audit.models import AuditEvent
 from audit.record import Actor
 from mcptasks import lifecycle
 from mcptasks.lifecycle import InputSpec, error_object
@@ -93,10 +92,15 @@ class TaskContext(ToolContext):
         self.effects = {e.step: e for e in Effect.objects.filter(task_id=task.pk)}
         self.counters: dict[str, int] = {}
         self.last_report = 0.0
+        # A rule the tool broke (divergence, key reuse): raised again by every later ctx call
+        # and at the end of the run, so a tool's ``except Exception`` cannot hide it.
+        self.broken: ToolDefinitionError | None = None
 
     # ------------------------------------------------------------ safe points and steps
     def _safe_point(self) -> None:
         """Stop if the attempt lost the task; honour cancel intent."""
+        if self.broken is not None:
+            raise self.broken
         row = Task.objects.filter(pk=self.task.pk).values(
             "state", "attempt", "cancel_requested_at").first()
         if row is None or row["state"] != TaskState.RUNNING or row["attempt"] != self.attempt:
@@ -109,22 +113,26 @@ class TaskContext(ToolContext):
     def _step(self, key: str, kind: str) -> None:
         self._safe_point()
         if not isinstance(key, str) or not key:
-            raise ToolDefinitionError(f"{kind} needs a non-empty string key")
+            raise self._broke(ToolDefinitionError(f"{kind} needs a non-empty string key"))
         if key in self.keys:
-            raise ToolDefinitionError(f"step key {key!r} used twice in one run")
+            raise self._broke(ToolDefinitionError(f"step key {key!r} used twice in one run"))
         self.keys.add(key)
         entry = f"{kind}:{key}"
         position = len(self.sequence)
         self.sequence.append(entry)
         if position < len(self.recorded_log):
             if self.recorded_log[position] != entry:
-                raise NonDeterministicTool(
+                raise self._broke(NonDeterministicTool(
                     f"step {position + 1} was {self.recorded_log[position]!r} when first run "
-                    f"and is {entry!r} now; code between ctx calls must be deterministic")
+                    f"and is {entry!r} now; code between ctx calls must be deterministic"))
         else:
             self.recorded_log.append(entry)
             lifecycle.task_record_step_log(task_id=self.task.pk, attempt=self.attempt,
                                            step_log=self.recorded_log)
+
+    def _broke(self, error: ToolDefinitionError) -> ToolDefinitionError:
+        self.broken = error
+        return error
 
     def _auto_key(self, kind: str) -> str:
         number = self.counters.get(kind, 0) + 1
@@ -183,7 +191,8 @@ class TaskContext(ToolContext):
                 if audience == Audience.CLIENT and not self.tool.operator_fallback:
                     raise MissingCapability("elicitation")
                 audience = Audience.OPERATOR
-            timeout = question.timeout_s or self.tool.max_input_wait_s
+            timeout = (question.timeout_s or self.tool.max_input_wait_s
+                       or settings.MCPTASKS_MAX_INPUT_WAIT_S)
             specs.append(InputSpec(
                 key=key, method=ELICIT, params=question.params(), audience=audience,
                 forbid_self_approval=question.forbid_self_approval,
@@ -276,7 +285,7 @@ class LeaseKeeper:
                                        name=f"lease-{task_id[:8]}")
 
     def _loop(self) -> None:
-        interval = max(settings.MCPTASKS_LEASE_S / 3, 0.5)
+        interval = max(min(settings.MCPTASKS_LEASE_RENEW_S, settings.MCPTASKS_LEASE_S / 3), 0.5)
         try:
             while not self.stopped.wait(interval):
                 try:
@@ -306,7 +315,7 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
         task = lifecycle.task_claim(task_id=task_id, worker=worker or worker_name())
     except lifecycle.LifecycleError:
         return None
-    if _lost_attempts(task.pk) >= settings.MCPTASKS_MAX_ATTEMPTS:
+    if task.lost_attempts >= settings.MCPTASKS_MAX_ATTEMPTS:
         return _fail(task, f"Task exceeded the limit of {settings.MCPTASKS_MAX_ATTEMPTS} "
                            "attempts (MCPTASKS_MAX_ATTEMPTS); its worker kept dying")
     tool_def = registry.get(task.tool_name)
@@ -318,12 +327,6 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
     context = TaskContext(task, tool_def)
     with LeaseKeeper(task.pk, task.attempt):
         return _execute(task, tool_def, context)
-
-
-def _lost_attempts(task_id: str) -> int:
-    """Attempts whose worker lost the task (requeued by the reaper). ``Task.attempt`` counts
-    every claim, resumes after a timer or an answer included, so it cannot be the limit."""
-    return AuditEvent.objects.filter(task_id=task_id, action="task.requeued").count()
 
 
 def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
@@ -344,7 +347,14 @@ def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
 
 def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
     try:
-        value = tool_def.fn(context, **task.arguments)
+        try:
+            value = tool_def.fn(context, **task.arguments)
+        except Exception:
+            if context.broken is None:
+                raise
+            raise context.broken from None  # a broken rule outranks what the tool made of it
+        if context.broken is not None:
+            raise context.broken
     except Suspend:
         return _state_of(task.pk)
     except lifecycle.LifecycleError as exc:

@@ -13,12 +13,12 @@ from mcptasks.protocol.tasks import handle_tasks_cancel, handle_tasks_get, handl
 from mcptasks.protocol.tools_call import handle_tools_call
 from mcptasks.tools.registry import registry
 
-IDEMPOTENCY_META = "dev.mcptasks/idempotencyKey"
-
 INSTRUCTIONS = (
     "mcptasks runs long tools as durable tasks (io.modelcontextprotocol/tasks). Declare the "
     "extension in clientCapabilities to receive task handles; poll tasks/get no faster than "
-    "pollIntervalMs, answer inputRequests with tasks/update, stop work with tasks/cancel."
+    "pollIntervalMs, answer inputRequests with tasks/update, stop work with tasks/cancel. "
+    "To retry a tools/call safely, put a unique string under _meta[\"dev.mcptasks/"
+    "idempotencyKey\"]: the same key with the same arguments returns the same task (for 24 h)."
 )
 
 

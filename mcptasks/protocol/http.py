@@ -22,6 +22,7 @@ from django.db import close_old_connections
 from audit.record import current_request_id
 from mcptasks import events
 from mcptasks.auth import AuthError, Principal, authenticate_bearer
+from mcptasks.limits import Throttled
 from mcptasks.protocol import headers as header_rules
 from mcptasks.protocol import jsonrpc
 from mcptasks.protocol.call import (
@@ -143,6 +144,9 @@ class McpApplication:
             if message.method == LISTEN:
                 return ListenStream(call, parse_listen(call))
             result = await sync_to_async(self._run, thread_sensitive=False)(handler, call)
+        except Throttled as exc:
+            return 429, {"error": "too_many_requests", "error_description": exc.message}, [
+                (b"retry-after", str(exc.retry_after).encode())]
         except AuthError as exc:
             challenge = (f'Bearer realm="mcptasks", error="{exc.error}", '
                          f'error_description="{exc.description}", scope="{exc.scope}"')

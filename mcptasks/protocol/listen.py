@@ -149,16 +149,16 @@ class ListenStream:
         await self._deliver(send, user, task_ids)
         loop = asyncio.get_running_loop()
         last_catch_up = last_write = loop.time()
-        KEEPALIVE_S = settings.MCPTASKS_STREAM_KEEPALIVE_S  # noqa: N806
-        CATCH_UP_S = settings.MCPTASKS_STREAM_CATCH_UP_S  # noqa: N806
+        keepalive_s = settings.MCPTASKS_STREAM_KEEPALIVE_S
+        catch_up_s = settings.MCPTASKS_STREAM_CATCH_UP_S
         while not disconnected.is_set():
             if task_ids and self.done >= set(task_ids):
                 await send({"type": "http.response.body", "more_body": False, "body": sse({
                     "jsonrpc": "2.0", "id": self.call.id,
                     "result": {"resultType": "complete", "_meta": self._meta()}})})
                 return
-            wait = min(KEEPALIVE_S - (loop.time() - last_write),
-                       CATCH_UP_S - (loop.time() - last_catch_up))
+            wait = min(keepalive_s - (loop.time() - last_write),
+                       catch_up_s - (loop.time() - last_catch_up))
             changed: list[str] = []
             if channel is not None:
                 receiving = asyncio.ensure_future(layer.receive(channel))
@@ -177,13 +177,13 @@ class ListenStream:
             else:
                 await asyncio.sleep(max(wait, 0.01))
             now = loop.time()
-            if now - last_catch_up >= CATCH_UP_S:
+            if now - last_catch_up >= catch_up_s:
                 changed = [t for t in task_ids if t not in self.done]
                 last_catch_up = now
             if changed:
                 await self._deliver(send, user, changed)
                 last_write = loop.time()
-            elif now - last_write >= KEEPALIVE_S:
+            elif now - last_write >= keepalive_s:
                 await send({"type": "http.response.body", "more_body": True,
                             "body": b": keep-alive\n\n"})
                 last_write = now

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit.record import Actor
-from mcptasks import access, lifecycle, wire
+from mcptasks import access, lifecycle, limits, wire
 from mcptasks.models import Task, TaskState
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import invalid_params
@@ -24,6 +24,7 @@ def _visible_task(call: Call) -> Task:
         raise invalid_params("params.taskId must be a non-empty string")
     task = access.get_visible_task(call.principal.user, task_id)
     if task is None:
+        limits.check_unknown_lookup(principal_id=call.principal.user.pk, task_id=task_id)
         raise invalid_params("Failed to retrieve task: Task not found")
     return task
 
@@ -36,6 +37,8 @@ def detailed_for(user: Any, task: Task) -> dict[str, Any]:
 
 def handle_tasks_get(call: Call) -> dict[str, Any]:
     task = _visible_task(call)
+    limits.check_poll(principal_id=call.principal.user.pk, task_id=task.pk,
+                      poll_interval_ms=task.poll_interval_ms, version=task.version)
     return {"resultType": "complete", **detailed_for(call.principal.user, task)}
 
 

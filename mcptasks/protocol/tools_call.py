@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 import jsonschema
+from referencing.exceptions import Unresolvable
 
 from audit.record import Actor
 from mcptasks import lifecycle, wire
@@ -14,6 +15,7 @@ from mcptasks.protocol.call import TASKS_EXTENSION, Call
 from mcptasks.protocol.errors import INTERNAL_ERROR, McpError, invalid_params, missing_capability
 from mcptasks.protocol.headers import check_param_headers
 from mcptasks.protocol.request_state import RequestState
+from mcptasks.tools.answers import offline_validator
 from mcptasks.tools.context import Suspend, ToolDefinitionError, ToolError
 from mcptasks.tools.inline import (
     InlineContext,
@@ -28,6 +30,8 @@ from mcptasks.tools.results import to_call_tool_result
 
 log = logging.getLogger(__name__)
 
+# Client idempotency key for retry-safe task creation (README "Retry-safe creation").
+IDEMPOTENCY_META = "dev.mcptasks/idempotencyKey"
 TASKS_REQUIRED: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}}
 
 
@@ -52,8 +56,14 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     as_task = tool_def.policy == "task" or (tool_def.policy == "auto" and call.declares_tasks)
     if as_task and not call.declares_tasks:
         raise missing_capability(TASKS_REQUIRED, f"tool {name!r} runs only as a task")
-    errors = sorted(jsonschema.Draft202012Validator(tool_def.input_schema).iter_errors(arguments),
-                    key=lambda e: list(e.path))
+    try:
+        errors = sorted(offline_validator(tool_def.input_schema).iter_errors(arguments),
+                        key=lambda e: list(e.path))
+    except Unresolvable:
+        log.error("tool %s has an inputSchema with a $ref that cannot be resolved offline", name)
+        raise McpError(INTERNAL_ERROR, f"Tool {name!r} is misdefined: its inputSchema has a "
+                       "$ref this server does not resolve (network $refs are never fetched)") \
+            from None
     if errors:
         where = "/".join(str(p) for p in errors[0].path) or "arguments"
         return tool_error_result(f"Invalid arguments for {name}: {where}: {errors[0].message}")
@@ -141,8 +151,18 @@ def _create_task(call: Call, tool_def: ToolDef, arguments: dict[str, Any],
     answered = [lifecycle.AnsweredInput(key=key, method=state.asked[key]["method"],
                                         params=state.asked[key]["params"], response=response)
                 for key, response in state.answers.items() if key in state.asked]
-    task, _ = lifecycle.task_create(
-        spec=lifecycle.NewTask(
+    idempotency_key = call.params["_meta"].get(IDEMPOTENCY_META)
+    if idempotency_key is not None and (
+            not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 128
+            or not idempotency_key.isprintable()):
+        raise invalid_params(f"_meta[{IDEMPOTENCY_META!r}] must be a string of 1 to 128 "
+                             "printable characters")
+    if idempotency_key:
+        creation_key: str | None = f"idem:{idempotency_key}"
+    else:
+        creation_key = f"mrtr:{state.nonce}" if answered else None
+    try:
+        task, _ = lifecycle.task_create(spec=lifecycle.NewTask(
             tenant_id=principal.tenant.pk,
             principal_id=principal.user.pk,
             token_id=principal.token_id,
@@ -152,10 +172,13 @@ def _create_task(call: Call, tool_def: ToolDef, arguments: dict[str, Any],
             ttl_ms=tool_def.effective_ttl_ms(),
             poll_interval_ms=tool_def.effective_poll_interval_ms(),
             client_capabilities=call.capabilities,
-            creation_key=f"mrtr:{state.nonce}" if answered else None,
+            creation_key=creation_key,
             sensitive_keys=tool_def.sensitive,
             answered_inputs=answered,
-        ),
-        actor=Actor.for_user(principal.user, kind="principal"),
-    )
+        ), actor=Actor.for_user(principal.user, kind="principal"))
+    except lifecycle.CreationKeyConflict as exc:
+        raise invalid_params(f"Idempotency key conflict: {exc}",
+                             {"idempotencyKey": idempotency_key}) from None
+    except lifecycle.LimitExceeded as exc:
+        return tool_error_result(str(exc))
     return {"resultType": "task", **wire.task_fields(task)}

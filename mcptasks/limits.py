@@ -1,0 +1,128 @@
+"""Rate limits as token buckets: in process on the embedded default, in Redis in production
+(shared by every web process). One interface, the same arithmetic in both."""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from functools import lru_cache
+from typing import Any
+
+from django.conf import settings
+
+security_log = logging.getLogger("mcptasks.security")
+
+# KEYS[1] bucket; ARGV: now (s), rate (tokens/s), burst, version ("" = none), ttl (s)
+# Returns the seconds to wait (0 = allowed). A new version (a state change the caller has not
+# seen) is always allowed without spending a token.
+_LUA = """
+local now = tonumber(ARGV[1]); local rate = tonumber(ARGV[2]); local burst = tonumber(ARGV[3])
+local version = ARGV[4]; local ttl = tonumber(ARGV[5])
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'version')
+local tokens = tonumber(state[1]) or burst
+local ts = tonumber(state[2]) or now
+tokens = math.min(burst, tokens + (now - ts) * rate)
+local wait = 0
+if version ~= '' and version ~= state[3] then
+  redis.call('HSET', KEYS[1], 'version', version)
+elseif tokens >= 1 then
+  tokens = tokens - 1
+else
+  wait = (1 - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
+redis.call('EXPIRE', KEYS[1], ttl)
+return tostring(wait)
+"""
+
+
+class MemoryBuckets:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._buckets: dict[str, tuple[float, float, str]] = {}
+
+    def take(self, key: str, rate: float, burst: float, version: str = "") -> float:
+        now = time.monotonic()
+        with self._lock:
+            tokens, stamp, seen = self._buckets.get(key, (burst, now, ""))
+            tokens = min(burst, tokens + (now - stamp) * rate)
+            wait = 0.0
+            if version and version != seen:
+                seen = version
+            elif tokens >= 1:
+                tokens -= 1
+            else:
+                wait = (1 - tokens) / rate
+            if len(self._buckets) > 100_000:
+                self._buckets.clear()  # bounded memory; a reset only forgives
+            self._buckets[key] = (tokens, now, seen)
+        return wait
+
+    def reset(self) -> None:
+        with self._lock:
+            self._buckets.clear()
+
+
+class RedisBuckets:
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self._client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        self._script = self._client.register_script(_LUA)
+
+    def take(self, key: str, rate: float, burst: float, version: str = "") -> float:
+        ttl = max(60, math.ceil(burst / rate) * 2)
+        try:
+            result: Any = self._script(keys=[f"mcptasks:rl:{key}"],
+                                       args=[time.time(), rate, burst, version, ttl])
+        except Exception:
+            security_log.warning("rate limiter unavailable; allowing the request", exc_info=True)
+            return 0.0
+        return float(result)
+
+    def reset(self) -> None:
+        for key in self._client.scan_iter("mcptasks:rl:*"):
+            self._client.delete(key)
+
+
+@lru_cache(maxsize=1)
+def buckets() -> MemoryBuckets | RedisBuckets:
+    if settings.MCPTASKS_EMBEDDED_WORKER:
+        return MemoryBuckets()
+    return RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+
+
+class Throttled(Exception):
+    """Answer HTTP 429 with ``Retry-After``."""
+
+    def __init__(self, retry_after: float, message: str) -> None:
+        super().__init__(message)
+        self.retry_after = max(1, math.ceil(retry_after))
+        self.message = message
+
+
+def check_poll(*, principal_id: int, task_id: str, poll_interval_ms: int, version: int) -> None:
+    """``tasks/get`` faster than ``pollIntervalMs`` beyond the burst allowance → Throttled.
+
+    The first poll after a state change is never throttled.
+    """
+    rate = 1000.0 / max(poll_interval_ms, 1)
+    wait = buckets().take(f"poll:{principal_id}:{task_id}", rate,
+                          settings.MCPTASKS_POLL_BURST, version=str(version))
+    if wait > 0:
+        raise Throttled(wait, f"Polling faster than pollIntervalMs ({poll_interval_ms} ms); "
+                              f"retry after {math.ceil(wait)} s")
+
+
+def check_unknown_lookup(*, principal_id: int, task_id: str) -> None:
+    """Count a ``tasks/*`` lookup of an id the principal cannot see; beyond the budget the
+    principal is throttled and a security event is logged (other principals are unaffected)."""
+    wait = buckets().take(f"unknown:{principal_id}", settings.MCPTASKS_UNKNOWN_TASK_RATE,
+                          settings.MCPTASKS_UNKNOWN_TASK_BURST)
+    if wait > 0:
+        security_log.warning("task id guessing throttled", extra={
+            "event": "security.task_id_guessing", "principal_id": principal_id,
+            "task_id_prefix": task_id[:6]})
+        raise Throttled(wait, "Too many lookups of unknown task ids; retry later")

@@ -1,0 +1,1 @@
+from tests.protocol.conftest import mcp, mcp_for  # noqa: F401

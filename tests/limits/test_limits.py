@@ -1,0 +1,208 @@
+"""Each limit of the README's limits table, enforced with a clear error."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import time_machine
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from mcptasks import limits, runner
+from mcptasks.models import Task, TaskState
+from tests.protocol.conftest import McpClient
+
+pytestmark = pytest.mark.django_db(transaction=True)
+IDEM = "dev.mcptasks/idempotencyKey"
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}}
+
+
+@pytest.fixture(autouse=True)
+def fresh_buckets():
+    limits.buckets.cache_clear()
+    limits.buckets().reset()
+    yield
+    limits.buckets().reset()
+    limits.buckets.cache_clear()
+
+
+def call_with_key(client: McpClient, key: str, text: str = "hi"):
+    return client.call("tools/call", {"name": "echo_task", "arguments": {"text": text},
+                                      "_meta": {**META, IDEM: key}})
+
+
+def test_same_idempotency_key_and_arguments_return_the_same_task(mcp):
+    first = call_with_key(mcp, "k-1").result
+    second = call_with_key(mcp, "k-1").result
+    assert first["taskId"] == second["taskId"]
+    assert Task.objects.count() == 1
+
+
+def test_idempotency_key_with_other_arguments_is_a_named_conflict(mcp):
+    original = call_with_key(mcp, "k-2", "one").result["taskId"]
+    reply = call_with_key(mcp, "k-2", "two")
+    assert reply.error["code"] == -32602
+    assert "Idempotency key conflict" in reply.error["message"]
+    assert Task.objects.get(pk=original).arguments == {"text": "one"}
+    assert Task.objects.count() == 1
+
+
+def test_idempotency_keys_are_per_principal(mcp_for):
+    first = call_with_key(mcp_for("alice"), "shared").result["taskId"]
+    second = call_with_key(mcp_for("adam"), "shared").result["taskId"]
+    assert first != second
+
+
+def test_idempotency_key_expires_after_the_window(mcp):
+    with time_machine.travel("2026-01-01 00:00:00+00:00", tick=False) as clock:
+        first = call_with_key(mcp, "k-3").result["taskId"]
+        clock.shift(settings.MCPTASKS_IDEMPOTENCY_WINDOW_S + 1)
+        second = call_with_key(mcp, "k-3").result["taskId"]
+    assert first != second
+
+
+def test_invalid_idempotency_key_is_invalid_params(mcp):
+    reply = call_with_key(mcp, "x" * 200)
+    assert reply.error["code"] == -32602
+    assert Task.objects.count() == 0
+
+
+@pytest.mark.pg
+def test_fifty_concurrent_identical_requests_create_one_task(cast):
+    token = cast["alice"]["token"]
+    ids: list[str] = []
+    barrier = threading.Barrier(50)
+
+    def worker() -> None:
+        client = McpClient(token)
+        barrier.wait()
+        try:
+            ids.append(call_with_key(client, "burst").result["taskId"])
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(50)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(ids) == 50 and len(set(ids)) == 1
+    assert Task.objects.count() == 1
+
+
+def test_active_tasks_per_principal_limit_refuses_creation(mcp, settings):
+    settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL = 2
+    for _ in range(2):
+        assert mcp.tool("echo_task").result["resultType"] == "task"
+    refused = mcp.tool("echo_task").result
+    assert refused["isError"] is True
+    assert "MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL" in refused["content"][0]["text"]
+    assert Task.objects.count() == 2
+
+
+def test_active_tasks_per_tenant_limit_refuses_creation(mcp_for, settings):
+    settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT = 1
+    assert mcp_for("alice").tool("echo_task").result["resultType"] == "task"
+    refused = mcp_for("adam").tool("echo_task").result
+    assert "MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT" in refused["content"][0]["text"]
+    assert mcp_for("bob").tool("echo_task").result["resultType"] == "task"
+
+
+def test_result_over_the_size_limit_fails_the_task(make_task, settings):
+    settings.MCPTASKS_MAX_RESULT_BYTES = 100
+    task = make_task(tool_name="echo_task", arguments={"text": "x" * 500})
+    assert runner.run_task(task.pk) == TaskState.FAILED
+    task.refresh_from_db()
+    assert task.error["code"] == -32603
+    assert "MCPTASKS_MAX_RESULT_BYTES" in task.error["message"]
+
+
+def test_request_body_over_the_limit_is_413(mcp, settings):
+    settings.MCPTASKS_MAX_REQUEST_BYTES = 1000
+    reply = mcp.tool("echo_task", {"text": "x" * 2000})
+    assert reply.status == 413
+    assert Task.objects.count() == 0
+
+
+def test_attempts_over_the_limit_fail_the_task(make_task, settings):
+    settings.MCPTASKS_MAX_ATTEMPTS = 2
+    task = make_task(tool_name="echo_task")
+    Task.objects.filter(pk=task.pk).update(lost_attempts=2)  # two workers died
+    assert runner.run_task(task.pk) == TaskState.FAILED
+    task.refresh_from_db()
+    assert "MCPTASKS_MAX_ATTEMPTS" in task.error["message"]
+
+
+def test_input_wait_beyond_its_limit_times_out(make_task, settings):
+    from mcptasks import sweeps
+
+    settings.MCPTASKS_MAX_INPUT_WAIT_S = 60
+    task = make_task(tool_name="ask_twice")
+    runner.run_task(task.pk)
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
+        assert sweeps.timeout_inputs() == 1
+    task.refresh_from_db()
+    assert task.state == TaskState.FAILED
+    assert "timed out" in task.error["message"]
+
+
+def test_polling_faster_than_interval_beyond_burst_is_429(mcp, settings):
+    settings.MCPTASKS_POLL_BURST = 3
+    task_id = mcp.tool("echo_task").result["taskId"]
+    statuses = [mcp.call("tasks/get", {"taskId": task_id}).status for _ in range(5)]
+    # the first poll sees a new version (free), then 3 tokens, then throttled
+    assert statuses[:4] == [200, 200, 200, 200]
+    assert statuses[4] == 429
+    throttled = mcp.call("tasks/get", {"taskId": task_id})
+    assert throttled.status == 429
+    assert int(throttled.headers["retry-after"]) >= 1
+
+
+def test_first_poll_after_a_state_change_is_never_throttled(mcp, settings, run_jobs):
+    settings.MCPTASKS_POLL_BURST = 1
+    task_id = mcp.tool("echo_task").result["taskId"]
+    assert mcp.call("tasks/get", {"taskId": task_id}).status == 200
+    assert mcp.call("tasks/get", {"taskId": task_id}).status == 200
+    assert mcp.call("tasks/get", {"taskId": task_id}).status == 429
+    run_jobs()  # the task completes: a new version
+    assert mcp.call("tasks/get", {"taskId": task_id}).result["status"] == "completed"
+
+
+def test_default_burst_covers_the_conformance_suites_fast_polls(mcp):
+    task_id = mcp.tool("echo_task").result["taskId"]
+    # 100 ms polls for 5 s against a 1000 ms interval: 50 polls, none throttled.
+    assert all(mcp.call("tasks/get", {"taskId": task_id}).status == 200 for _ in range(50))
+
+
+def test_guessing_task_ids_is_throttled_and_logged_per_principal(mcp_for, settings, caplog):
+    settings.MCPTASKS_UNKNOWN_TASK_BURST = 3
+    alice, bob = mcp_for("alice"), mcp_for("bob")
+    codes = [alice.call("tasks/get", {"taskId": f"guess-{n}"}).status for n in range(5)]
+    assert codes[:3] == [200, 200, 200] and codes[4] == 429
+    assert any(r.name == "mcptasks.security" for r in caplog.records)
+    assert bob.call("tasks/get", {"taskId": "guess-x"}).status == 200  # others unaffected
+
+
+def test_readme_limits_table_matches_the_settings():
+    readme = (Path(settings.BASE_DIR) / "README.md").read_text()
+    section = readme.split("## Limits", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| `(MCPTASKS_[A-Z_]+)` \| ([^|]+) \|", section, re.M)
+    assert rows, "README has a Limits table"
+    documented = {name: default.strip() for name, default in rows}
+    for name, default in documented.items():
+        assert hasattr(settings, name), f"{name} is in the README but not a setting"
+        assert json.loads(default.replace("_", "")) == getattr(settings, name), name
+    expected = {"MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL", "MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT",
+                "MCPTASKS_MAX_RESULT_BYTES", "MCPTASKS_MAX_REQUEST_BYTES",
+                "MCPTASKS_MAX_INPUT_WAIT_S", "MCPTASKS_MAX_ATTEMPTS", "MCPTASKS_LEASE_S",
+                "MCPTASKS_LEASE_RENEW_S", "MCPTASKS_POLL_BURST", "MCPTASKS_UNKNOWN_TASK_BURST",
+                "MCPTASKS_UNKNOWN_TASK_RATE", "MCPTASKS_IDEMPOTENCY_WINDOW_S"}
+    assert expected <= set(documented)
