@@ -14,6 +14,9 @@ Fields of :class:`AuditEvent`:
 - ``data``: the redacted, size-capped payload.
 - ``request_id``: the id of the request that caused the event, when there was one.
 - ``prev_hash`` / ``hash``: SHA-256 chain, ``hash = sha256(prev_hash || jcs(event))``.
+
+Rows are never updated; they are deleted only by retention (:mod:`audit.retention`), which
+leaves a :class:`RetentionCheckpoint`. On PostgreSQL a trigger enforces both (migration 0003).
 """
 
 from __future__ import annotations
@@ -57,3 +60,53 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.chain}#{self.seq} {self.action}"
+
+
+class RetentionCheckpoint(models.Model):
+    """Where a chain starts after retention purged its oldest events (one row per purge).
+
+    Fields: ``chain``; ``seq`` and ``hash``, the sequence and hash of the last purged event (the
+    next surviving event's ``prev_hash``); ``purged`` (how many events this purge deleted);
+    ``cutoff`` (events older than this were eligible); ``created_at``. Verification starts from
+    the checkpoint with the highest ``seq``; the ``audit.purged`` event recorded in the same
+    transaction repeats ``seq`` and ``hash``, so the checkpoint is itself covered by the chain.
+    Append-only like the events (the PostgreSQL trigger refuses UPDATE and DELETE).
+    """
+
+    chain = models.CharField(max_length=80)
+    seq = models.BigIntegerField()
+    hash = models.CharField(max_length=64)
+    purged = models.BigIntegerField(default=0)
+    cutoff = models.DateTimeField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "seq"], name="audit_checkpoint_chain_seq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chain} checkpoint at #{self.seq}"
+
+
+class RetentionPolicy(models.Model):
+    """How long a tenant keeps its audit events: ``keep_days`` (≥ 1) days.
+
+    Tenants without a policy keep everything. Applied by :func:`audit.retention.purge_due`
+    and ``manage.py purge_audit --tenant SLUG`` (which falls back to it without
+    ``--older-than-days``).
+    """
+
+    tenant = models.OneToOneField(
+        "mcptasks.Tenant", on_delete=models.CASCADE, related_name="audit_retention"
+    )
+    keep_days = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=models.Q(keep_days__gte=1),
+                                   name="audit_retention_keep_days_positive")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} keeps audit for {self.keep_days} days"

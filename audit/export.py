@@ -1,0 +1,448 @@
+"""Audit exports: CSV or JSONL streamed with constant memory, and a signed manifest (DESIGN §7).
+
+:class:`ExportStream` yields the bytes of an export chunk by chunk (for a file or a streaming
+HTTP response) while it counts rows and hashes the bytes; :func:`finish_export` then records the
+``audit.exported`` event and returns the signed manifest. :func:`export_to_file` does both for
+``manage.py export_audit``. :func:`verify_export` checks a file against its manifest and the
+chains (``manage.py verify_export``).
+
+Rows are the stored events exactly (already redacted when recorded), ordered by chain and
+sequence, with their ``prev_hash`` and ``hash`` so anyone can recompute each event's hash. The
+chain heads are read *before* the rows and every chain is read up to its head, so the manifest's
+heads and the exported rows describe the same moment although no transaction is held open.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from django.db.models import Q
+from django.utils import timezone
+
+from audit import signing
+from audit.chain import ROW_FIELDS, body_of_row, latest_checkpoint, link_hash
+from audit.models import AuditEvent, ChainHead
+from audit.record import Actor, record
+
+FORMATS = ("csv", "jsonl")
+EXPORTED_ACTION = "audit.exported"
+MANIFEST_VERSION = 1
+CHUNK_ROWS = 2000
+
+
+# ---------------------------------------------------------------- filters
+@dataclass(frozen=True)
+class ExportFilters:
+    """Which events an export holds; empty fields do not filter.
+
+    ``chain`` (``tenant:<slug>`` or ``system``), ``actor`` (user id or display name), ``action``,
+    ``task_id``, and a time range ``since`` (inclusive) to ``until`` (exclusive).
+    """
+
+    chain: str = ""
+    actor: str = ""
+    action: str = ""
+    task_id: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def __post_init__(self) -> None:
+        for moment in (self.since, self.until):
+            if moment is not None and timezone.is_naive(moment):
+                raise ValueError("export time filters must be timezone-aware")
+
+    def as_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        for name in ("since", "until"):
+            values[name] = values[name].isoformat() if values[name] else None
+        return values
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> ExportFilters:
+        moments = {name: datetime.fromisoformat(values[name]) if values.get(name) else None
+                   for name in ("since", "until")}
+        return cls(chain=values.get("chain") or "", actor=values.get("actor") or "",
+                   action=values.get("action") or "", task_id=values.get("task_id") or "",
+                   **moments)
+
+    def q(self) -> Q:
+        """The filters other than the chain, as a query condition."""
+        condition = Q()
+        if self.actor:
+            condition &= Q(actor_id=self.actor) | Q(actor_display=self.actor)
+        if self.action:
+            condition &= Q(action=self.action)
+        if self.task_id:
+            condition &= Q(task_id=self.task_id)
+        if self.since is not None:
+            condition &= Q(created_at__gte=self.since)
+        if self.until is not None:
+            condition &= Q(created_at__lt=self.until)
+        return condition
+
+    def matches(self, event: dict[str, Any]) -> bool:
+        """Whether an exported event (a parsed row) satisfies the filters."""
+        created_at = datetime.fromisoformat(event["created_at"])
+        return ((not self.chain or event["chain"] == self.chain)
+                and (not self.actor or self.actor in (event["actor_id"], event["actor_display"]))
+                and (not self.action or event["action"] == self.action)
+                and (not self.task_id or event["task_id"] == self.task_id)
+                and (self.since is None or created_at >= self.since)
+                and (self.until is None or created_at < self.until))
+
+
+# ---------------------------------------------------------------- row encoding
+def _event_dict(row: tuple[Any, ...]) -> dict[str, Any]:
+    event = dict(zip(ROW_FIELDS, row, strict=True))
+    event["created_at"] = event["created_at"].isoformat()
+    return event
+
+
+def _jsonl_chunk(rows: list[tuple[Any, ...]]) -> bytes:
+    return "".join(json.dumps(_event_dict(row), ensure_ascii=False, separators=(",", ":")) + "\n"
+                   for row in rows).encode("utf-8", "surrogatepass")
+
+
+def _csv_chunk(rows: list[tuple[Any, ...]]) -> bytes:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    for row in rows:
+        event = _event_dict(row)
+        event["tenant_id"] = "" if event["tenant_id"] is None else event["tenant_id"]
+        event["data"] = json.dumps(event["data"], ensure_ascii=False, separators=(",", ":"))
+        writer.writerow(event.values())
+    return buffer.getvalue().encode("utf-8", "surrogatepass")
+
+
+def _csv_header() -> bytes:
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(ROW_FIELDS)
+    return buffer.getvalue().encode()
+
+
+# ---------------------------------------------------------------- streaming
+@dataclass
+class ChainSpan:
+    first_seq: int
+    last_seq: int
+    count: int = 0
+
+
+@dataclass
+class ExportStream:
+    """Iterate to get the export's bytes; afterwards ``count``, ``chains`` and ``sha256`` hold
+    what was written. Holds one chunk of rows at a time."""
+
+    filters: ExportFilters
+    format: str
+    chunk_rows: int = CHUNK_ROWS
+    count: int = 0
+    chains: dict[str, ChainSpan] = field(default_factory=dict)
+    heads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _digest: Any = field(default_factory=hashlib.sha256)
+    _done: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+        heads = ChainHead.objects.order_by("chain")
+        if self.filters.chain:
+            heads = heads.filter(chain=self.filters.chain)
+        self.heads = {chain: {"seq": seq, "hash": digest}
+                      for chain, seq, digest in heads.values_list("chain", "seq", "hash")}
+
+    @property
+    def sha256(self) -> str:
+        return str(self._digest.hexdigest())
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._done:
+            raise RuntimeError("an ExportStream can be iterated once")
+        encode = _csv_chunk if self.format == "csv" else _jsonl_chunk
+        if self.format == "csv":
+            yield self._account(_csv_header())
+        for chain, head in self.heads.items():
+            rows = (AuditEvent.objects.filter(self.filters.q(), chain=chain, seq__lte=head["seq"])
+                    .order_by("seq").values_list(*ROW_FIELDS)
+                    .iterator(chunk_size=self.chunk_rows))
+            for batch in _batches(rows, self.chunk_rows):
+                self._note(chain, batch)
+                yield self._account(encode(batch))
+        self._done = True
+
+    def _account(self, chunk: bytes) -> bytes:
+        self._digest.update(chunk)
+        return chunk
+
+    def _note(self, chain: str, batch: list[tuple[Any, ...]]) -> None:
+        span = self.chains.setdefault(chain, ChainSpan(first_seq=batch[0][1], last_seq=0))
+        span.last_seq = batch[-1][1]
+        span.count += len(batch)
+        self.count += len(batch)
+
+    def manifest_body(self) -> dict[str, Any]:
+        """The manifest's content, before the export event and the signature."""
+        if not self._done:
+            raise RuntimeError("the export has not been streamed to the end")
+        checkpoints = {}
+        for chain in self.heads:
+            seq, digest = latest_checkpoint(chain)
+            if seq:
+                checkpoints[chain] = {"seq": seq, "hash": digest}
+        return {
+            "manifest_version": MANIFEST_VERSION,
+            "format": self.format,
+            "created_at": timezone.now().isoformat(),
+            "filters": self.filters.as_dict(),
+            "count": self.count,
+            "content_sha256": self.sha256,
+            "chains": {chain: asdict(span) for chain, span in self.chains.items()},
+            "chain_heads": self.heads,
+            "checkpoints": checkpoints,
+        }
+
+
+def _batches(rows: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    batch: list[tuple[Any, ...]] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def finish_export(stream: ExportStream, *, actor: Actor) -> dict[str, Any]:
+    """Record the ``audit.exported`` event of a streamed export; return its signed manifest.
+
+    The event goes to the exported tenant's chain, or to ``system`` for an export that is not
+    limited to one tenant; it holds the filters, format, count, content digest and key id, and
+    the manifest names it (``export_event``), so each attests the other.
+    """
+    body = stream.manifest_body()
+    key = signing.current_key()
+    tenant_id, tenant_slug = _tenant_of_chain(stream.filters.chain)
+    event = record(action=EXPORTED_ACTION, actor=actor, tenant_id=tenant_id,
+                   tenant_slug=tenant_slug,
+                   data={"filters": body["filters"], "format": body["format"],
+                         "count": body["count"], "content_sha256": body["content_sha256"],
+                         "key_id": key.key_id})
+    body["export_event"] = {"chain": event.chain, "seq": event.seq, "hash": event.hash}
+    return signing.sign(body, key)
+
+
+def _tenant_of_chain(chain: str) -> tuple[int | None, str | None]:
+    if not chain.startswith("tenant:"):
+        return None, None
+    from mcptasks.models import Tenant
+
+    slug = chain.removeprefix("tenant:")
+    tenant_id = Tenant.objects.filter(slug=slug).values_list("pk", flat=True).first()
+    return (tenant_id, slug) if tenant_id is not None else (None, None)
+
+
+def manifest_path_for(path: Path) -> Path:
+    return path.with_name(path.name + ".manifest.json")
+
+
+def export_to_file(filters: ExportFilters, fmt: str, out: BinaryIO, *,
+                   actor: Actor) -> dict[str, Any]:
+    """Stream an export into ``out``; return the signed manifest (the caller stores it)."""
+    stream = ExportStream(filters=filters, format=fmt)
+    for chunk in stream:
+        out.write(chunk)
+    out.flush()
+    return finish_export(stream, actor=actor)
+
+
+def dump_manifest(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
+
+
+# ---------------------------------------------------------------- verification
+@dataclass
+class ExportCheck:
+    """What :func:`verify_export` found: ``problems`` is empty when the export verifies;
+    ``notes`` are facts that are not failures (events purged by retention since the export)."""
+
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    count: int = 0
+    key_id: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+MAX_PROBLEMS = 20
+
+
+def verify_export(export: BinaryIO, manifest: dict[str, Any], *,
+                  trusted_keys: dict[str, str] | None = None) -> ExportCheck:
+    """Check an export against its manifest and the stored chains.
+
+    Checks, in order: the manifest's signature by a trusted key; the SHA-256 of the bytes; every
+    row's hash recomputed from its content; links between consecutive rows; the order, filters,
+    count and per-chain spans the manifest states; that each exported event is stored with the
+    same hash (or was purged by retention since); that the manifest's chain heads and its
+    ``audit.exported`` event are in the chains.
+    """
+    check = ExportCheck()
+    try:
+        check.key_id = signing.check_signature(
+            manifest, trusted_keys if trusted_keys is not None else signing.trusted_public_keys())
+    except signing.SignatureError as exc:
+        check.problems.append(f"signature: {exc}")
+        return check
+    fmt = manifest.get("format")
+    if fmt not in FORMATS:
+        check.problems.append(f"manifest: unknown format {fmt!r}")
+        return check
+    digest = hashlib.sha256()
+    rows = _parse(_hashing(export, digest), fmt, check)
+    _check_rows(rows, manifest, check)
+    if digest.hexdigest() != manifest.get("content_sha256"):
+        check.problems.insert(0, "content: the SHA-256 of the file is not the manifest's "
+                                 "content_sha256 (the file was changed)")
+    _check_anchors(manifest, check)
+    return check
+
+
+def _hashing(export: BinaryIO, digest: Any) -> Iterator[bytes]:
+    for line in export:
+        digest.update(line)
+        yield line
+
+
+def _parse(lines: Iterator[bytes], fmt: str, check: ExportCheck) -> Iterator[dict[str, Any]]:
+    text = (line.decode("utf-8", "surrogatepass") for line in lines)
+    if fmt == "jsonl":
+        for number, line in enumerate(text, start=1):
+            try:
+                yield json.loads(line)
+            except ValueError:
+                check.problems.append(f"row {number}: not valid JSON")
+        return
+    reader = csv.reader(text)
+    if next(reader, None) != list(ROW_FIELDS):
+        check.problems.append("csv: the header row is not the export's columns")
+    for number, values in enumerate(reader, start=1):
+        try:
+            event: dict[str, Any] = dict(zip(ROW_FIELDS, values, strict=True))
+            event["seq"] = int(event["seq"])
+            event["tenant_id"] = int(event["tenant_id"]) if event["tenant_id"] else None
+            event["data"] = json.loads(event["data"])
+        except ValueError:
+            check.problems.append(f"row {number}: malformed CSV row")
+            continue
+        yield event
+
+
+def _problem(check: ExportCheck, message: str) -> None:
+    if len(check.problems) < MAX_PROBLEMS:
+        check.problems.append(message)
+
+
+def _check_rows(rows: Iterator[dict[str, Any]], manifest: dict[str, Any],
+                check: ExportCheck) -> None:
+    filters = ExportFilters.from_dict(manifest.get("filters") or {})
+    spans: dict[str, ChainSpan] = {}
+    previous: dict[str, Any] | None = None
+    pending: list[dict[str, Any]] = []
+    for event in rows:
+        check.count += 1
+        where = f"{event.get('chain')} seq {event.get('seq')}"
+        try:
+            computed = link_hash(event["prev_hash"], body_of_row(
+                [event[name] for name in ROW_FIELDS]))
+        except (KeyError, TypeError, ValueError) as exc:
+            _problem(check, f"{where}: unreadable event ({exc})")
+            continue
+        if computed != event["hash"]:
+            _problem(check, f"{where}: content does not match its hash")
+        if previous is not None:
+            if (previous["chain"], previous["seq"]) >= (event["chain"], event["seq"]):
+                _problem(check, f"{where}: rows are not in chain and sequence order")
+            elif (previous["chain"] == event["chain"] and previous["seq"] + 1 == event["seq"]
+                  and previous["hash"] != event["prev_hash"]):
+                _problem(check, f"{where}: prev_hash is not the hash of the row before")
+        if not filters.matches(event):
+            _problem(check, f"{where}: outside the manifest's filters")
+        span = spans.setdefault(event["chain"], ChainSpan(first_seq=event["seq"], last_seq=0))
+        span.last_seq, span.count = event["seq"], span.count + 1
+        previous = event
+        pending.append(event)
+        if len(pending) >= CHUNK_ROWS:
+            _check_stored(pending, check)
+            pending = []
+    _check_stored(pending, check)
+    if check.count != manifest.get("count"):
+        _problem(check, f"count: the file holds {check.count} events, the manifest says "
+                        f"{manifest.get('count')}")
+    if {chain: asdict(span) for chain, span in spans.items()} != manifest.get("chains"):
+        _problem(check, "chains: the first/last sequences in the file are not the manifest's")
+
+
+def _check_stored(events: list[dict[str, Any]], check: ExportCheck) -> None:
+    """Compare a batch of exported events with the stored ones (one query per chain)."""
+    by_chain: dict[str, dict[int, str]] = {}
+    for event in events:
+        by_chain.setdefault(event["chain"], {})[event["seq"]] = event["hash"]
+    for chain, exported in by_chain.items():
+        stored = dict(AuditEvent.objects.filter(chain=chain, seq__in=list(exported))
+                      .values_list("seq", "hash"))
+        checkpoint_seq = latest_checkpoint(chain)[0]
+        purged = 0
+        for seq, digest in exported.items():
+            if seq not in stored:
+                if seq <= checkpoint_seq:
+                    purged += 1
+                else:
+                    _problem(check, f"{chain} seq {seq}: not in the audit table")
+            elif stored[seq] != digest:
+                _problem(check, f"{chain} seq {seq}: the stored event's hash differs")
+        if purged:
+            check.notes.append(f"{chain}: {purged} exported events were purged by retention "
+                               f"since; not compared")
+
+
+def _stored_hash(chain: str, seq: int) -> str | None:
+    return (AuditEvent.objects.filter(chain=chain, seq=seq)
+            .values_list("hash", flat=True).first())
+
+
+def _check_anchors(manifest: dict[str, Any], check: ExportCheck) -> None:
+    """The chain heads and the export event named by the manifest must be in the chains."""
+    for chain, head in (manifest.get("chain_heads") or {}).items():
+        if not head.get("seq"):
+            continue
+        stored = _stored_hash(chain, head["seq"])
+        if stored is None and head["seq"] <= latest_checkpoint(chain)[0]:
+            check.notes.append(f"{chain}: the head at export time was purged by retention since")
+        elif stored != head.get("hash"):
+            _problem(check, f"{chain} seq {head['seq']}: the chain head at export time is not "
+                            f"the stored event")
+    event = manifest.get("export_event") or {}
+    stored_event = (AuditEvent.objects.filter(chain=event.get("chain", ""),
+                                              seq=event.get("seq", 0))
+                    .values("action", "hash", "data").first())
+    if stored_event is None:
+        if event.get("seq", 0) <= latest_checkpoint(event.get("chain", ""))[0]:
+            check.notes.append("the audit.exported event was purged by retention since")
+        else:
+            _problem(check, "export_event: the audit.exported event is not in the chain")
+    elif (stored_event["action"] != EXPORTED_ACTION or stored_event["hash"] != event.get("hash")
+          or (stored_event["data"] or {}).get("content_sha256") != manifest["content_sha256"]):
+        _problem(check, "export_event: the chain's audit.exported event does not record this "
+                        "export")
+

@@ -1,0 +1,58 @@
+"""Fixtures of the audit tests: events recorded through the one writer, and raw tampering."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from audit.models import AuditEvent
+from audit.record import Actor, record
+
+TABLES = ("audit_auditevent", "audit_retentioncheckpoint")
+
+
+@pytest.fixture
+def record_events(cast: dict[str, dict[str, Any]]) -> Callable[..., list[AuditEvent]]:
+    """Record ``count`` events in a tenant's chain (or ``system`` with tenant=None)."""
+
+    def make(count: int, tenant: str | None = "acme", action: str = "task.created",
+             actor: str = "alice", task_id: str = "") -> list[AuditEvent]:
+        tenant_row = next((entry["tenant"] for entry in cast.values()
+                           if tenant and entry["tenant"].slug == tenant), None)
+        who = Actor.for_user(cast[actor]["user"], kind="principal")
+        return [record(action=action, actor=who,
+                       tenant_id=tenant_row.pk if tenant_row else None,
+                       tenant_slug=tenant_row.slug if tenant_row else None,
+                       task_id=task_id or f"task-{index}",
+                       data={"index": index, "note": f"event {index}", "ratio": index / 3})
+                for index in range(count)]
+
+    return make
+
+
+@contextmanager
+def _triggers_off() -> Iterator[None]:
+    """Let the test UPDATE and DELETE audit rows directly, as an attacker with DB access would.
+
+    PostgreSQL: the append-only triggers are disabled inside the test's transaction (the test
+    database rolls that back). SQLite has no trigger."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            for table in TABLES:
+                cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+    try:
+        yield
+    finally:
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                for table in TABLES:
+                    cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+
+
+@pytest.fixture
+def tamper() -> Callable[[], Any]:
+    return _triggers_off
