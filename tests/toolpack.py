@@ -205,3 +205,216 @@ def confirm_before_task(ctx: ToolContext, item: str = "x") -> str:
     """Confirm before the task exists (MRTR), then work in a task."""
     answer = ctx.ask("go", f"Queue {item}?", OK_ONLY, before_task=True)
     return f"queued {item}: {answer.content.get('ok')}"
+
+
+# ---------------------------------------------------------------- issue 4: tasks, replay, live
+# Tools of tests/tasks/ and tests/live/. Module-level state lets a test observe how often a
+# step really ran and steer a tool between runs; reset it with ``reset_probes()``.
+from collections import Counter  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+
+from mcptasks.tools import Question  # noqa: E402
+
+EFFECT_CALLS: Counter[str] = Counter()
+EFFECT_KEYS: dict[str, list[str]] = {}
+FLAGS: dict[str, bool] = {}
+HOOKS: dict[str, Callable[[], None]] = {}
+REACHED: list[str] = []
+
+
+def reset_probes() -> None:
+    EFFECT_CALLS.clear()
+    EFFECT_KEYS.clear()
+    FLAGS.clear()
+    HOOKS.clear()
+    REACHED.clear()
+
+
+def _downstream(name: str) -> Callable[[str], dict[str, Any]]:
+    """A fake downstream call that counts how often it really runs."""
+
+    def call(idempotency_key: str) -> dict[str, Any]:
+        EFFECT_CALLS[name] += 1
+        EFFECT_KEYS.setdefault(name, []).append(idempotency_key)
+        return {"step": name, "call": EFFECT_CALLS[name]}
+
+    return call
+
+
+def _yes_no(message: str, field: str = "ok") -> Question:
+    return Question(message=message, schema={"type": "object",
+                                             "properties": {field: {"type": "boolean"}},
+                                             "required": [field]})
+
+
+@tool(policy="auto")
+def echo_auto(ctx: ToolContext, text: str = "hi") -> dict[str, Any]:
+    """Return the text as structured content; a task when the client allows one."""
+    return {"content": [{"type": "text", "text": text}], "structuredContent": {"text": text}}
+
+
+@tool(policy="task")
+def crash_task(ctx: ToolContext) -> str:
+    """Crash with an exception whose text must never reach the client."""
+    ctx.report("about to crash")
+    raise RuntimeError("db password=hunter2 leaked in a traceback")
+
+
+@tool(policy="task")
+def ask_same_key_twice(ctx: ToolContext) -> str:
+    """Break the key rule: ask the same key twice."""
+    ctx.ask("k", "First?", {"type": "object", "properties": {"ok": {"type": "boolean"}}})
+    ctx.ask("k", "Again?", {"type": "object", "properties": {"ok": {"type": "boolean"}}})
+    return "unreachable"
+
+
+@tool(policy="task")
+def three_asks_two_effects(ctx: ToolContext) -> dict[str, Any]:
+    """Three questions, two side effects and two durable timers: six runs in all."""
+    first = ctx.ask_many({"a": _yes_no("A?")})["a"]
+    created = ctx.effect("create", _downstream("create"))
+    second = ctx.ask_many({"b": _yes_no("B?")})["b"]
+    third = ctx.ask_many({"c": _yes_no("C?")})["c"]
+    ctx.sleep("settle", 60)
+    published = ctx.effect("publish", _downstream("publish"))
+    ctx.sleep("cool-down", 60)
+    return {"answers": [first.content["ok"], second.content["ok"], third.content["ok"]],
+            "created": created, "published": published}
+
+
+@tool(policy="task")
+def divergent(ctx: ToolContext) -> str:
+    """Takes another path once FLAGS['diverge'] is set: a non-deterministic tool."""
+    if FLAGS.get("diverge"):
+        ctx.now()
+    ctx.ask_many({"a": _yes_no("A?")})
+    return "done"
+
+
+@tool(policy="task")
+def divergent_swallowing(ctx: ToolContext) -> str:
+    """Diverges like ``divergent`` but swallows every Exception around its steps."""
+    try:
+        if FLAGS.get("diverge"):
+            ctx.now()
+        ctx.ask_many({"a": _yes_no("A?")})
+    except Exception:
+        REACHED.append("swallowed")
+    ctx.report("carrying on")
+    return "done despite divergence"
+
+
+@tool(policy="task")
+def stable_now(ctx: ToolContext) -> dict[str, Any]:
+    """Read the clock, ask, read it again: both must replay to the recorded values."""
+    started = ctx.now()
+    token = ctx.uuid()
+    REACHED.append(f"{started.isoformat()}|{token}")
+    ctx.ask_many({"go": _yes_no("Go?")})
+    finished = ctx.now()
+    return {"started": started.isoformat(), "token": str(token),
+            "finished": finished.isoformat()}
+
+
+@tool(policy="task")
+def swallowing_ask(ctx: ToolContext) -> str:
+    """A tool that wraps ctx.ask in ``except Exception``: suspension must get through."""
+    try:
+        answer = ctx.ask("q", "Proceed?", {"type": "object",
+                                           "properties": {"ok": {"type": "boolean"}}})
+    except Exception:
+        REACHED.append("swallowed")
+        return "swallowed the suspension"
+    return f"answered {answer.action}"
+
+
+@tool(policy="task")
+def cancel_probe(ctx: ToolContext, call: str) -> str:
+    """Runs HOOKS['between'] between two ctx calls, then makes ``call``: a safe point."""
+    ctx.report("started")
+    HOOKS.get("between", lambda: None)()
+    REACHED.append("before " + call)
+    if call == "report":
+        ctx.report("still going")
+    elif call == "now":
+        ctx.now()
+    elif call == "uuid":
+        ctx.uuid()
+    elif call == "job":
+        ctx.job("job-1")
+    elif call == "ask":
+        ctx.ask_many({"q": _yes_no("Q?")})
+    elif call == "effect":
+        ctx.effect("side", _downstream("side"))
+    elif call == "sleep":
+        ctx.sleep("nap", 1)
+    elif call == "wait_until":
+        ctx.wait_until("ready", lambda: True)
+    REACHED.append("after " + call)
+    return "not cancelled"
+
+
+@tool(policy="task", ttl_ms=300_000, poll_interval_ms=500)
+def greet_in_task(ctx: ToolContext) -> dict[str, Any]:
+    """Ask for a name before the task exists (MRTR), then greet from the task."""
+    answer = ctx.ask("user_name", "What is your name?",
+                     {"type": "object", "properties": {"name": {"type": "string"}},
+                      "required": ["name"]}, before_task=True)
+    ctx.report("computing")
+    return {"content": [{"type": "text",
+                         "text": f"Hello, {answer.content['name']}! (computed in task)"}]}
+
+
+# ---- tools of the live tests (tests/live/): real clients over HTTP
+LIVE = {"ttl_ms": 600_000, "poll_interval_ms": 200}
+SUM_SCHEMA = {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}
+SLEPT_SCHEMA = {"type": "object", "properties": {"slept": {"type": "number"},
+                                                 "label": {"type": "string"}},
+                "required": ["slept", "label"]}
+
+
+@tool(policy="sync", output_schema=SUM_SCHEMA)
+def live_add(ctx: ToolContext, a: int, b: int) -> dict[str, Any]:
+    """Add two integers, answered inline."""
+    return {"sum": a + b}
+
+
+@tool(policy="task", output_schema=SLEPT_SCHEMA, **LIVE)
+def live_sleep(ctx: ToolContext, seconds: float = 0.5, label: str = "") -> dict[str, Any]:
+    """Sleep on a durable timer, then answer with structured content."""
+    ctx.report(f"sleeping {seconds}s")
+    ctx.sleep("nap", seconds)
+    return {"slept": seconds, "label": label}
+
+
+@tool(policy="task", **LIVE)
+def live_confirm(ctx: ToolContext, filename: str = "file.txt") -> str:
+    """Ask for confirmation through the client, then pretend to delete."""
+    answer = ctx.ask("confirm", f"Delete {filename}?",
+                     {"type": "object", "properties": {"confirm": {"type": "boolean"}},
+                      "required": ["confirm"]})
+    if answer.accepted and answer.content.get("confirm"):
+        return f"deleted '{filename}'"
+    return f"kept '{filename}' ({answer.action})"
+
+
+@tool(policy="task", **LIVE)
+def live_two_questions(ctx: ToolContext) -> str:
+    """Ask two questions at once; answer when both are answered."""
+    answers = ctx.ask_many({
+        "name": Question(message="What is your name?",
+                         schema={"type": "object", "properties": {"name": {"type": "string"}},
+                                 "required": ["name"]}),
+        "color": Question(message="Favourite colour?",
+                          schema={"type": "object",
+                                  "properties": {"color": {"type": "string"}},
+                                  "required": ["color"]}),
+    })
+    return f"{answers['name'].content['name']} likes {answers['color'].content['color']}"
+
+
+@tool(policy="task", **LIVE)
+def live_tool_error(ctx: ToolContext) -> str:
+    """End with a tool error (a completed task with isError: true)."""
+    ctx.report("checking")
+    raise ToolError("the backend refused the job")
