@@ -98,6 +98,13 @@ class InlineContext(ToolContext):
         if capability not in self.capabilities:
             raise MissingClientCapability(capability)
 
+    def _need_form_elicitation(self) -> None:
+        """Form mode: ``elicitation: {}`` (form only) or one that lists ``form``; a client that
+        declared only ``url`` mode cannot be sent a form (PROTOCOL §3.4)."""
+        declared = self.capabilities.get("elicitation")
+        if not isinstance(declared, dict) or (declared and "form" not in declared):
+            raise MissingClientCapability("elicitation")
+
     def _gather(self, requests: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if self.effect_ran:
             raise ToolDefinitionError(
@@ -127,7 +134,7 @@ class InlineContext(ToolContext):
         for key, question in questions.items():
             if question.audience != "client" or question.forbid_self_approval:
                 raise TaskRequired(key)
-        self._need("elicitation")
+        self._need_form_elicitation()
         answered = self._gather({k: {"method": ELICIT, "params": q.params()}
                                  for k, q in questions.items()})
         return {k: Answer.from_response(v) for k, v in answered.items()}
