@@ -6,10 +6,26 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
+from referencing import Registry
+from referencing.exceptions import NoSuchResource, Unresolvable
 
 from mcptasks.tools.context import ELICIT, ROOTS, SAMPLE
 
 ELICIT_ACTIONS = ("accept", "decline", "cancel")
+
+
+def _refuse_retrieval(uri: str) -> Any:
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]
+
+
+# jsonschema fetches an unknown http(s) $ref by default; never do that (PROTOCOL §3.1, E16).
+OFFLINE: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+
+
+def offline_validator(schema: Any) -> jsonschema.Draft202012Validator:
+    """A JSON Schema 2020-12 validator that resolves ``$ref`` only inside ``schema``; an
+    external one raises ``referencing.exceptions.Unresolvable`` instead of being fetched."""
+    return jsonschema.Draft202012Validator(schema, registry=OFFLINE)
 
 
 class InvalidAnswer(ValueError):
@@ -34,8 +50,11 @@ def validate_response(method: str, params: dict[str, Any], response: Any) -> dic
         if not isinstance(content, dict):
             raise InvalidAnswer("content must be an object")
         schema = params.get("requestedSchema") or {"type": "object"}
-        errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(content),
-                        key=lambda e: list(e.path))
+        try:
+            errors = sorted(offline_validator(schema).iter_errors(content),
+                            key=lambda e: list(e.path))
+        except Unresolvable as exc:
+            raise InvalidAnswer(f"the request's schema cannot be checked: {exc}") from None
         if errors:
             where = "/".join(str(p) for p in errors[0].path) or "content"
             raise InvalidAnswer(f"{where}: {errors[0].message}")

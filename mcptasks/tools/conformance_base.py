@@ -7,6 +7,7 @@ Each is an ordinary ``sync`` tool of the tool API: it runs inline, and its quest
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mcptasks.tools import ToolContext, tool
@@ -122,7 +123,7 @@ def test_input_required_result_tampered_state(ctx: ToolContext) -> str:
 def test_input_required_result_capabilities(ctx: ToolContext) -> str:
     """Ask through every input kind the client declared on this request, and no other."""
     declared = getattr(ctx, "capabilities", {})
-    calls = []
+    calls: list[Callable[[], Any]] = []
     if "elicitation" in declared:
         calls.append(lambda: ctx.ask("user_name", "What is your name?", NAME_SCHEMA).content)
     if "sampling" in declared:
