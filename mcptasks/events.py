@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
@@ -64,7 +64,7 @@ def broadcast(task_id: str, tenant_id: int, version: int) -> None:
             await layer.group_send(group, message)
 
     try:
-        if settings.MCPTASKS_EMBEDDED_WORKER:
+        if isinstance(layer, InMemoryChannelLayer):
             # The in-memory layer is not thread-safe: run it on the server's loop.
             loop = _server_loop
             if loop is None or loop.is_closed():

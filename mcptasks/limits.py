@@ -89,9 +89,8 @@ class RedisBuckets:
 
 @lru_cache(maxsize=1)
 def buckets() -> MemoryBuckets | RedisBuckets:
-    if settings.MCPTASKS_EMBEDDED_WORKER:
-        return MemoryBuckets()
-    return RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+    url = getattr(settings, "MCPTASKS_LIMITS_REDIS_URL", "")
+    return RedisBuckets(url) if url else MemoryBuckets()
 
 
 class Throttled(Exception):

@@ -94,10 +94,14 @@ def make_task(cast: dict[str, dict[str, Any]]) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def run_jobs() -> Iterator[Callable[[], int]]:
-    """Run the jobs queued for the in-process worker, in this thread; returns how many ran."""
+def run_jobs(settings: Any) -> Iterator[Callable[[], int]]:
+    """Run the jobs queued for the in-process worker, in this thread; returns how many ran.
+
+    The test's jobs go to the in-process queue even when REDIS_URL is set (Celery delivery is
+    tested with real worker processes in tests/faults and tests/streams)."""
     from mcptasks import embedded
 
+    settings.MCPTASKS_EMBEDDED_WORKER = True
     embedded.clear()
     yield embedded.drain
     embedded.clear()
