@@ -705,7 +705,10 @@ def task_expire(*, task_id: str) -> Task:
     """Fail a non-terminal task past its TTL (terminal states never change)."""
     with transaction.atomic():
         error = error_object("Task expired: it did not finish within its ttlMs")
-        task = _apply(task_id, verb="expire", target=S.FAILED, where=Q(expires_at__lte=Now()),
+        # expires_at comes from the application clock (created_at + ttlMs), and so does the
+        # sweep's choice of candidates: judge it by that clock too, not the database's.
+        task = _apply(task_id, verb="expire", target=S.FAILED,
+                      where=Q(expires_at__lte=timezone.now()),
                       error=error, status_message=error["message"], lease_owner="",
                       lease_expires_at=None, wake_at=None)
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
