@@ -58,12 +58,16 @@ def purge_tasks() -> int:
 
 def timeout_inputs() -> int:
     done = 0
+    from mcptasks.tools.registry import registry
+
     rows = (InputRequest.objects.filter(state=InputState.PENDING,
                                         deadline_at__lte=timezone.now())
-            .values_list("task_id", "key")[:BATCH])
-    for task_id, key in rows:
+            .values_list("task_id", "key", "task__tool_name")[:BATCH])
+    for task_id, key, tool_name in rows:
+        tool_def = registry.get(tool_name)
+        answer = tool_def is not None and tool_def.on_input_timeout == "answer"
         try:
-            lifecycle.task_timeout_input(task_id=task_id, key=key)
+            lifecycle.task_timeout_input(task_id=task_id, key=key, fail=not answer)
             done += 1
         except lifecycle.LifecycleError:
             pass

@@ -206,3 +206,17 @@ def test_readme_limits_table_matches_the_settings():
                 "MCPTASKS_LEASE_RENEW_S", "MCPTASKS_POLL_BURST", "MCPTASKS_UNKNOWN_TASK_BURST",
                 "MCPTASKS_UNKNOWN_TASK_RATE", "MCPTASKS_IDEMPOTENCY_WINDOW_S"}
     assert expected <= set(documented)
+
+
+def test_input_timeout_can_be_answered_to_the_tool(make_task, settings):
+    from mcptasks import sweeps
+
+    task = make_task(tool_name="ask_with_timeout_answer")
+    runner.run_task(task.pk)
+    with time_machine.travel(timezone.now() + timedelta(seconds=31), tick=False):
+        assert sweeps.timeout_inputs() == 1
+    task.refresh_from_db()
+    assert task.state == TaskState.QUEUED
+    assert runner.run_task(task.pk) == TaskState.COMPLETED
+    task.refresh_from_db()
+    assert task.result["content"][0]["text"] == "timeout"
