@@ -309,7 +309,7 @@ class AsgiExchange:
 
 
 def asgi_request(headers: list[tuple[bytes, bytes]], body: bytes | list[dict[str, Any]], *,
-                 method: str = "POST", path: str = "/mcp") -> AsgiExchange:
+                 method: str = "POST", path: str = "/mcp", query: bytes = b"") -> AsgiExchange:
     """Drive the ASGI application with raw header bytes (what httpx refuses to send) or a
     scripted list of ``receive`` events (e.g. a disconnect); record every ``send``."""
     from mcptasks.asgi import application
@@ -318,7 +318,7 @@ def asgi_request(headers: list[tuple[bytes, bytes]], body: bytes | list[dict[str
         {"type": "http.request", "body": body, "more_body": False}]
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-             "query_string": b"", "root_path": "", "headers": headers,
+             "query_string": query, "root_path": "", "headers": headers,
              "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
     sent: list[dict[str, Any]] = []
     queue = list(events)
