@@ -139,7 +139,11 @@ class ChainSpan:
 @dataclass
 class ExportStream:
     """Iterate to get the export's bytes; afterwards ``count``, ``chains`` and ``sha256`` hold
-    what was written. Holds one chunk of rows at a time."""
+    what was written. Holds one chunk of rows at a time.
+
+    ``heads`` (chain → ``{"seq", "hash"}``) is read from the chain heads when not given; pass
+    the heads of an earlier export to stream the same events again.
+    """
 
     filters: ExportFilters
     format: str
@@ -153,6 +157,8 @@ class ExportStream:
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"format must be one of {', '.join(FORMATS)}")
+        if self.heads:
+            return  # pinned by the caller (an export served again later)
         heads = ChainHead.objects.order_by("chain")
         if self.filters.chain:
             heads = heads.filter(chain=self.filters.chain)
@@ -394,23 +400,27 @@ def _check_rows(rows: Iterator[dict[str, Any]], manifest: dict[str, Any],
 
 
 def _check_stored(events: list[dict[str, Any]], check: ExportCheck) -> None:
-    """Compare a batch of exported events with the stored ones (one query per chain)."""
-    by_chain: dict[str, dict[int, str]] = {}
+    """Compare a batch of exported events with the stored ones, every column (one query per
+    chain): the table must still hold exactly what was exported."""
+    by_chain: dict[str, dict[int, dict[str, Any]]] = {}
     for event in events:
-        by_chain.setdefault(event["chain"], {})[event["seq"]] = event["hash"]
+        by_chain.setdefault(event["chain"], {})[event["seq"]] = event
     for chain, exported in by_chain.items():
-        stored = dict(AuditEvent.objects.filter(chain=chain, seq__in=list(exported))
-                      .values_list("seq", "hash"))
+        stored = {row[1]: _event_dict(row) for row in AuditEvent.objects.filter(
+            chain=chain, seq__in=list(exported)).values_list(*ROW_FIELDS)}
         checkpoint_seq = latest_checkpoint(chain)[0]
         purged = 0
-        for seq, digest in exported.items():
+        for seq, event in exported.items():
             if seq not in stored:
                 if seq <= checkpoint_seq:
                     purged += 1
                 else:
                     _problem(check, f"{chain} seq {seq}: not in the audit table")
-            elif stored[seq] != digest:
-                _problem(check, f"{chain} seq {seq}: the stored event's hash differs")
+                continue
+            differing = [name for name in ROW_FIELDS if stored[seq][name] != event.get(name)]
+            if differing:
+                _problem(check, f"{chain} seq {seq}: the stored event differs "
+                                f"({', '.join(differing)})")
         if purged:
             check.notes.append(f"{chain}: {purged} exported events were purged by retention "
                                f"since; not compared")
