@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from mcptasks.models import ApiToken, Membership, Role, Tenant
+from mcptasks.oauth import JwtRejected, jwt_configured, validate_jwt
 
 MCP_SCOPE = "mcp"
 CONFORMANCE_USER = "conformance"
@@ -45,6 +46,8 @@ def authenticate_bearer(authorization: str | None, *, scope: str = MCP_SCOPE) ->
         raise AuthError(401, "invalid_request", "Use the Authorization: Bearer <token> scheme")
     parts = ApiToken.split(credential.strip())
     if parts is None:
+        if jwt_configured():
+            return _principal_from_jwt(credential.strip(), scope)
         raise AuthError(401, "invalid_token", "The token is malformed")
     lookup, secret = parts
     token = ApiToken.objects.select_related("user", "tenant").filter(lookup=lookup).first()
@@ -56,6 +59,21 @@ def authenticate_bearer(authorization: str | None, *, scope: str = MCP_SCOPE) ->
         raise AuthError(403, "insufficient_scope", f"The token lacks the {scope!r} scope", scope)
     token.touch()
     return Principal(user=token.user, tenant=token.tenant, token=token)
+
+
+def scope_covers(held: list[str], scope: str) -> bool:
+    """Scopes are hierarchical: ``mcp`` covers ``mcp:tasks``."""
+    return any(scope == item or scope.startswith(item + ":") for item in held)
+
+
+def _principal_from_jwt(token: str, scope: str) -> Principal:
+    try:
+        user, tenant, scopes = validate_jwt(token)
+    except JwtRejected as exc:
+        raise AuthError(401, "invalid_token", f"Invalid access token: {exc}") from None
+    if not scope_covers(scopes, scope):
+        raise AuthError(403, "insufficient_scope", f"The token lacks the {scope!r} scope", scope)
+    return Principal(user=user, tenant=tenant, token=None)
 
 
 _conformance: Principal | None = None

@@ -23,7 +23,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from audit.record import Actor, record
-from mcptasks import events
+from mcptasks import events, metrics
 from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -150,6 +150,7 @@ def _apply(
     if rows.update(state=target, version=F("version") + 1, updated_at=timezone.now(),
                    **fields) != 1:
         raise _refusal(task_id, verb, fence)
+    metrics.TRANSITIONS.labels(verb=verb).inc()
     return Task.objects.select_related("tenant").get(pk=task_id)
 
 
@@ -486,7 +487,10 @@ def task_answer_input(*, task_id: str, key: str, response: dict[str, Any], actor
     """
     with transaction.atomic():
         # The new state depends on which requests stay pending: lock the row (STYLE rule 3).
-        task = Task.objects.select_for_update().select_related("tenant").get(pk=task_id)
+        task = (Task.objects.select_for_update().select_related("tenant")
+                .filter(pk=task_id).first())
+        if task is None:
+            raise TaskNotFound(task_id)
         if task.state not in AWAITING_STATES:
             raise InvalidTransition(task_id, "answer_input", task.state)
         now = timezone.now()

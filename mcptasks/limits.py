@@ -96,8 +96,9 @@ def buckets() -> MemoryBuckets | RedisBuckets:
 class Throttled(Exception):
     """Answer HTTP 429 with ``Retry-After``."""
 
-    def __init__(self, retry_after: float, message: str) -> None:
+    def __init__(self, retry_after: float, message: str, kind: str = "poll") -> None:
         super().__init__(message)
+        self.kind = kind
         self.retry_after = max(1, math.ceil(retry_after))
         self.message = message
 
@@ -124,4 +125,5 @@ def check_unknown_lookup(*, principal_id: int, task_id: str) -> None:
         security_log.warning("task id guessing throttled", extra={
             "event": "security.task_id_guessing", "principal_id": principal_id,
             "task_id_prefix": task_id[:6]})
-        raise Throttled(wait, "Too many lookups of unknown task ids; retry later")
+        raise Throttled(wait, "Too many lookups of unknown task ids; retry later",
+                        kind="unknown_task")

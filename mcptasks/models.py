@@ -129,7 +129,9 @@ class ApiToken(models.Model):
 
     def has_scope(self, scope: str) -> bool:
         """Scopes are hierarchical: ``mcp`` covers ``mcp:tasks`` and ``mcp:tools``."""
-        return any(scope == held or scope.startswith(held + ":") for held in self.scopes)
+        from mcptasks.auth import scope_covers
+
+        return scope_covers(list(self.scopes), scope)
 
     def touch(self, now: datetime | None = None) -> None:
         """Record use at most once per interval: one conditional UPDATE, never on every request."""

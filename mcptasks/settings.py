@@ -127,6 +127,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -315,11 +316,60 @@ MCPTASKS_STREAM_KEEPALIVE_S = float(env_str("MCPTASKS_STREAM_KEEPALIVE_S", "15")
 MCPTASKS_STREAM_CATCH_UP_S = float(env_str("MCPTASKS_STREAM_CATCH_UP_S", "5"))
 
 # ---------------------------------------------------------------- logging
+# structlog renders every stdlib log record: JSON in production, readable in development,
+# always with request id / tenant / principal / task id from context and through the redactor.
+LOG_FORMAT = env_str("LOG_FORMAT", "json" if PRODUCTION else "console")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"structured": {"()": "mcptasks.logging.formatter", "fmt": LOG_FORMAT}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"},
+                "daphne": {"level": "WARNING"}},
 }
+
+# ---------------------------------------------------------------- hardening
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+if not DEBUG:
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    # TLS ends at the proxy in front of the web processes.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+
+from django.utils.csp import CSP  # noqa: E402
+
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "connect-src": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "base-uri": [CSP.SELF],
+}
+
+# ---------------------------------------------------------------- OAuth resource server
+# The canonical URI of this server (RFC 8707): the audience external access tokens must carry.
+MCPTASKS_PUBLIC_URL = env_str("MCPTASKS_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
+MCPTASKS_AUTHORIZATION_SERVERS = env_list("MCPTASKS_AUTHORIZATION_SERVERS",
+                                          [env_str("MCPTASKS_JWT_ISSUER") or MCPTASKS_PUBLIC_URL])
+MCPTASKS_JWT_ISSUER = env_str("MCPTASKS_JWT_ISSUER")
+MCPTASKS_JWT_AUDIENCE = env_str("MCPTASKS_JWT_AUDIENCE", f"{MCPTASKS_PUBLIC_URL}/mcp")
+MCPTASKS_JWT_JWKS_URL = env_str("MCPTASKS_JWT_JWKS_URL")
+MCPTASKS_JWT_JWKS_FILE = env_str("MCPTASKS_JWT_JWKS_FILE")
+MCPTASKS_JWT_ALGORITHMS = env_list("MCPTASKS_JWT_ALGORITHMS", ["RS256", "ES256", "EdDSA"])
+MCPTASKS_JWT_USER_CLAIM = env_str("MCPTASKS_JWT_USER_CLAIM", "sub")
+MCPTASKS_JWT_TENANT_CLAIM = env_str("MCPTASKS_JWT_TENANT_CLAIM", "tenant")
+
+# ---------------------------------------------------------------- metrics
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR")

@@ -1,17 +1,17 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
-
-def healthz(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({"status": "ok"})
-
+from mcptasks import health, oauth
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("healthz", healthz),
+    path("healthz", health.healthz),
+    path("readyz", health.readyz),
+    path("metrics", health.metrics),
+    path(".well-known/oauth-protected-resource", oauth.protected_resource_metadata),
+    path(".well-known/oauth-protected-resource/mcp", oauth.protected_resource_metadata),
     path("api/", include("mcptasks.api_urls")),
     path("", include("dashboard.urls")),
 ]

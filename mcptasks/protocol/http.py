@@ -20,9 +20,10 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from audit.record import current_request_id
-from mcptasks import events
+from mcptasks import events, metrics
 from mcptasks.auth import AuthError, Principal, authenticate_bearer
 from mcptasks.limits import Throttled
+from mcptasks.oauth import resource_metadata_url
 from mcptasks.protocol import headers as header_rules
 from mcptasks.protocol import jsonrpc
 from mcptasks.protocol.call import (
@@ -145,10 +146,12 @@ class McpApplication:
                 return ListenStream(call, parse_listen(call))
             result = await sync_to_async(self._run, thread_sensitive=False)(handler, call)
         except Throttled as exc:
+            metrics.THROTTLED.labels(kind=exc.kind).inc()
             return 429, {"error": "too_many_requests", "error_description": exc.message}, [
                 (b"retry-after", str(exc.retry_after).encode())]
         except AuthError as exc:
             challenge = (f'Bearer realm="mcptasks", error="{exc.error}", '
+                         f'resource_metadata="{resource_metadata_url()}", '
                          f'error_description="{exc.description}", scope="{exc.scope}"')
             return exc.status, {"error": exc.error, "error_description": exc.description}, [
                 (b"www-authenticate", challenge.encode())]
@@ -205,9 +208,10 @@ class McpApplication:
                 return b"".join(chunks)
 
     def _envelope(self, message: jsonrpc.Message, headers: dict[str, str]) -> Call:
-        header_rules.check_method_and_name(
-            headers, message.method, message.params,
-            strict_task_name=settings.MCPTASKS_STRICT_MCP_NAME)
+        if header_rules.check_method_and_name(
+                headers, message.method, message.params,
+                strict_task_name=settings.MCPTASKS_STRICT_MCP_NAME):
+            metrics.MISSING_MCP_NAME.inc()
         meta = message.params.get("_meta")
         if not isinstance(meta, dict):
             raise McpError(INVALID_PARAMS, "Invalid params: params._meta is required",

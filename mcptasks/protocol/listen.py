@@ -19,7 +19,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
-from mcptasks import access, events
+from mcptasks import access, events, metrics
 from mcptasks.models import TERMINAL_STATES, Task
 from mcptasks.protocol.call import META_SUBSCRIPTION, Call
 from mcptasks.protocol.errors import invalid_params
@@ -103,6 +103,7 @@ class ListenStream:
         channel = await layer.new_channel() if layer is not None else None
         groups = [f"task.{task_id}" for task_id in acked or []]
         open_streams += 1
+        metrics.LISTEN_STREAMS.inc()
         events.remember_loop(asyncio.get_running_loop())
         disconnected = asyncio.Event()
         watcher = asyncio.create_task(self._watch_disconnect(receive, disconnected))
@@ -115,6 +116,7 @@ class ListenStream:
             pass
         finally:
             open_streams -= 1
+            metrics.LISTEN_STREAMS.dec()
             watcher.cancel()
             if channel is not None:
                 for group in groups:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit.record import Actor
-from mcptasks import access, lifecycle, limits, wire
+from mcptasks import access, lifecycle, limits, metrics, wire
 from mcptasks.models import Task, TaskState
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import invalid_params
@@ -35,6 +35,7 @@ def detailed_for(user: Any, task: Task) -> dict[str, Any]:
     return wire.detailed_task(task, requests)
 
 
+@metrics.TASKS_GET_SECONDS.time()
 def handle_tasks_get(call: Call) -> dict[str, Any]:
     task = _visible_task(call)
     limits.check_poll(principal_id=call.principal.user.pk, task_id=task.pk,

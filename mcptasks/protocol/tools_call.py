@@ -9,7 +9,7 @@ import jsonschema
 from referencing.exceptions import Unresolvable
 
 from audit.record import Actor
-from mcptasks import lifecycle, wire
+from mcptasks import lifecycle, metrics, wire
 from mcptasks.canonical import digest
 from mcptasks.protocol.call import TASKS_EXTENSION, Call
 from mcptasks.protocol.errors import INTERNAL_ERROR, McpError, invalid_params, missing_capability
@@ -145,6 +145,7 @@ def _open_state(call: Call, tool_def: ToolDef, arguments: dict[str, Any]
     return state, responses or {}
 
 
+@metrics.TASK_CREATE_SECONDS.time()
 def _create_task(call: Call, tool_def: ToolDef, arguments: dict[str, Any],
                  state: RequestState) -> dict[str, Any]:
     principal = call.principal

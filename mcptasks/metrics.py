@@ -1,0 +1,70 @@
+"""Prometheus metrics (prometheus-client).
+
+Counters and histograms use the client's multiprocess mode when ``PROMETHEUS_MULTIPROC_DIR`` is
+set (every process of a host writes there; any one of them serves the sum). Task gauges are
+derived from the database at scrape time, so every web process reports the same totals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Count
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+TRANSITIONS = Counter("mcptasks_transitions_total", "Task state transitions", ["verb"])
+TASK_CREATE_SECONDS = Histogram("mcptasks_task_create_seconds",
+                                "tools/call to committed CreateTaskResult",
+                                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
+TASKS_GET_SECONDS = Histogram("mcptasks_tasks_get_seconds", "tasks/get handling time",
+                              buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25))
+THROTTLED = Counter("mcptasks_throttled_total", "Requests answered 429", ["kind"])
+MISSING_MCP_NAME = Counter("mcptasks_missing_mcp_name_total",
+                           "tasks/* requests without Mcp-Name (tolerated, PROTOCOL §9)")
+LISTEN_STREAMS = Gauge("mcptasks_listen_streams", "Open subscriptions/listen streams",
+                       multiprocess_mode="livesum")
+
+
+class DatabaseCollector(Collector):
+    """Gauges read from PostgreSQL/SQLite at scrape time (correct across processes)."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        from mcptasks.models import Effect, EffectState, Task, TaskState
+
+        by_state = GaugeMetricFamily("mcptasks_tasks", "Tasks by internal state", labels=["state"])
+        counts = dict(Task.objects.values_list("state").annotate(n=Count("pk")))
+        for state in TaskState:
+            by_state.add_metric([state.value], counts.get(state.value, 0))
+        yield by_state
+        yield GaugeMetricFamily("mcptasks_queue_depth", "Tasks queued for a worker",
+                                value=counts.get(TaskState.QUEUED.value, 0))
+        yield GaugeMetricFamily(
+            "mcptasks_reconciliation_backlog", "Effects whose outcome is unknown",
+            value=Effect.objects.filter(state=EffectState.UNKNOWN).count())
+
+
+def render() -> tuple[bytes, str]:
+    """The exposition for /metrics."""
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
+
+    registry: Any
+    if settings.PROMETHEUS_MULTIPROC_DIR:
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry = CollectorRegistry()
+        for collector in list(REGISTRY._collector_to_names):
+            registry.register(collector)
+    registry.register(DatabaseCollector())
+    return generate_latest(registry), CONTENT_TYPE_LATEST
