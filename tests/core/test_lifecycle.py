@@ -431,9 +431,20 @@ def test_refusal_names_the_verb_and_the_current_state(task_in):
         "claim", S.COMPLETED, task.pk)
 
 
-def test_unknown_task_id_raises_task_not_found(cast):
+@pytest.mark.parametrize("verb", sorted(
+    {"claim", "requeue", "report", "request_input", "answer_input", "sleep", "wake",
+     "request_cancel", "cancel_now", "force_cancel", "complete", "fail",
+     "mark_effect_unknown", "expire"}))
+def test_unknown_task_id_raises_task_not_found(verb, actors):
+    ghost = Task(pk="no-such-task", attempt=1)
+    act = {"claim": claim, "requeue": requeue, "report": report,
+           "request_input": request_input(("q", CLIENT)), "answer_input": answer("q"),
+           "sleep": sleep, "wake": wake, "request_cancel": request_cancel,
+           "cancel_now": cancel_now_running, "force_cancel": force_cancel,
+           "complete": complete, "fail": fail, "mark_effect_unknown": mark_effect_unknown,
+           "expire": expire}[verb]
     with pytest.raises(lifecycle.TaskNotFound):
-        lifecycle.task_claim(task_id="no-such-task", worker=WORKER)
+        act(ghost, Env(actors))
 
 
 # ---------------------------------------------------------------- claims and leases
