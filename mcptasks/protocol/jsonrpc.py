@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,18 @@ class Message:
     is_notification: bool = False
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite_float(text: str) -> float:
+    """JSON numbers only: Python would turn ``1e400`` into ``inf``, which JSON cannot carry."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:32]} is out of range")
+    return value
+
+
 def parse(body: bytes) -> Message:
     """Parse a POST body into one message; raise McpError (-32700 / -32600) otherwise."""
     try:
@@ -28,7 +41,7 @@ def parse(body: bytes) -> Message:
     except UnicodeDecodeError:
         raise McpError(PARSE_ERROR, "Parse error: the body is not valid UTF-8") from None
     try:
-        payload = json.loads(text)
+        payload = json.loads(text, parse_constant=_not_json, parse_float=_finite_float)
     except RecursionError:
         raise McpError(PARSE_ERROR, "Parse error: JSON nested too deeply") from None
     except ValueError as exc:

@@ -7,6 +7,7 @@ from typing import Any
 
 import jsonschema
 from referencing.exceptions import Unresolvable
+from rfc8785 import CanonicalizationError
 
 from audit.record import Actor
 from mcptasks import lifecycle, metrics, wire
@@ -56,6 +57,11 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     as_task = tool_def.policy == "task" or (tool_def.policy == "auto" and call.declares_tasks)
     if as_task and not call.declares_tasks:
         raise missing_capability(TASKS_REQUIRED, f"tool {name!r} runs only as a task")
+    try:
+        digest(arguments)  # what requestState and the task bind; refuse what it cannot carry
+    except (CanonicalizationError, RecursionError):
+        raise invalid_params("params.arguments must be interoperable JSON: integers within "
+                             "±(2^53-1) and nesting a few hundred levels deep at most") from None
     try:
         errors = sorted(offline_validator(tool_def.input_schema).iter_errors(arguments),
                         key=lambda e: list(e.path))
