@@ -1,0 +1,26 @@
+# One image for web, worker and beat. Locked dependencies, non-root, static files collected.
+FROM python:3.12-slim-bookworm AS base
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    UV_PROJECT_ENVIRONMENT=/opt/venv UV_COMPILE_BYTECODE=1 UV_LINK_MODE=copy \
+    PATH=/opt/venv/bin:$PATH
+
+RUN pip install --no-cache-dir uv==0.13.9 \
+ && groupadd --system mcptasks && useradd --system --gid mcptasks --home /app mcptasks
+
+WORKDIR /app
+COPY pyproject.toml uv.lock ./
+RUN uv sync --locked --no-dev --no-install-project
+
+COPY --chown=mcptasks:mcptasks . .
+# collectstatic needs settings but no services: build with throwaway keys.
+RUN DATABASE_URL=postgres://build@localhost/build REDIS_URL=redis://localhost:6379/0 \
+    SECRET_KEY=build-only MCPTASKS_REQUEST_STATE_KEY=build-only \
+    MCPTASKS_AUDIT_SIGNING_KEY=build-only MCPTASKS_VAR_DIR=/tmp/var \
+    python manage.py collectstatic --no-input -v0 \
+ && mkdir -p /app/var /tmp/prometheus && chown -R mcptasks:mcptasks /app/var /tmp/prometheus
+
+USER mcptasks
+ENV MCPTASKS_VAR_DIR=/app/var PROMETHEUS_MULTIPROC_DIR=/tmp/prometheus
+EXPOSE 8000
+CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000"]
