@@ -2,7 +2,33 @@
 
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver
+from django.contrib.auth import views as auth_views
+from django.urls import URLPattern, URLResolver, path
+
+from dashboard import audit_views, views
+from dashboard.pages import with_csp
 
 app_name = "dashboard"
-urlpatterns: list[URLPattern | URLResolver] = []
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("login/", with_csp(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+         name="login"),
+    path("logout/", with_csp(auth_views.LogoutView.as_view()), name="logout"),
+    path("", views.inbox, name="inbox"),
+    path("inbox/counts", views.inbox_counts, name="inbox_counts"),
+    path("tenant", views.switch_tenant, name="switch_tenant"),
+    path("tasks/", views.task_list, name="tasks"),
+    path("tasks/<str:task_id>/", views.task_detail, name="task"),
+    path("tasks/<str:task_id>/row", views.task_row, name="task_row"),
+    path("tasks/<str:task_id>/inputs/<str:key>/", views.answer_input, name="answer"),
+    path("tasks/<str:task_id>/cancel", views.cancel_task, name="cancel"),
+    path("tasks/<str:task_id>/force-cancel", views.force_cancel_task, name="force_cancel"),
+    path("tasks/<str:task_id>/delegations", views.grant_delegation, name="grant"),
+    path("tasks/<str:task_id>/delegations/revoke", views.revoke_delegation, name="revoke"),
+    path("effects/<int:effect_id>/reconcile", views.reconcile_effect, name="reconcile"),
+    path("audit/", audit_views.audit_list, name="audit"),
+    path("audit/export", audit_views.audit_export, name="audit_export"),
+    path("audit/verify", audit_views.audit_verify, name="audit_verify"),
+    path("audit/<int:event_id>/", audit_views.audit_detail, name="audit_event"),
+    path("tokens/", audit_views.token_list, name="tokens"),
+    path("tokens/<int:token_id>/revoke", audit_views.token_revoke, name="token_revoke"),
+]

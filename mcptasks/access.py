@@ -192,3 +192,187 @@ def delegations_of(task: Task) -> list[tuple[Any, str]]:
             for row in TaskUserObjectPermission.objects.filter(content_object=task)
             .select_related("user", "permission")
             if row.permission.codename in by_codename]
+
+
+# ---------------------------------------------------------------- listings across tasks
+# The set forms of the questions above, for the dashboard and the REST API: each is one query
+# (or a queryset) shaped for the indexes, never a per-row check.
+AUDIT_ROLES = frozenset({Role.AUDITOR, Role.OPERATOR, Role.ADMIN})
+TOKEN_ADMIN_ROLES = frozenset({Role.ADMIN, Role.OPERATOR})
+
+
+def _roles(user: Any) -> dict[int, set[str]]:
+    cache = getattr(user, "_mcptasks_roles", None)
+    if cache is None:
+        cache = roles_by_tenant(user)
+        user._mcptasks_roles = cache
+    return cache
+
+
+def _authenticated(user: Any) -> bool:
+    return user is not None and user.is_authenticated and user.is_active
+
+
+def tenants_where(user: Any, action: Action) -> list[int] | None:
+    """Tenant ids where a role of ``user`` carries ``action`` over every task; None means every
+    tenant (a staff operator). Owner rights and delegations are not included."""
+    if not _authenticated(user):
+        return []
+    if action in ROLE_ACTIONS[Role.OPERATOR] and _is_staff_operator(user):
+        return None
+    return sorted(tenant_id for tenant_id, roles in _roles(user).items()
+                  if any(action in ROLE_ACTIONS[role] for role in roles))
+
+
+def visible_tasks_for_listing(user: Any, tenant_id: int | None = None) -> QuerySet[Task]:
+    """:func:`visible_tasks`, optionally within one tenant, written so that the planner can walk
+    the ``(tenant, created)`` or ``(principal, created)`` index in order: a tenant the user sees
+    whole is a plain tenant filter, and delegated task ids are read first (they are few)."""
+    if not _authenticated(user):
+        return Task.objects.none()
+    seeing = tenants_where(user, Action.VIEW)
+    tasks = Task.objects.all() if tenant_id is None else Task.objects.filter(tenant_id=tenant_id)
+    if seeing is None or (tenant_id is not None and tenant_id in seeing):
+        return tasks
+    delegated = list(TaskUserObjectPermission.objects.filter(
+        user=user, permission__codename__in=list(DELEGATIONS.values()))
+        .values_list("content_object_id", flat=True).distinct())
+    visible = Q(principal=user)
+    if delegated:
+        visible |= Q(pk__in=delegated)
+    if tenant_id is None and seeing:
+        visible |= Q(tenant_id__in=seeing)
+    return tasks.filter(visible)
+
+
+def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
+    """Pending ``operator`` / ``any`` input requests ``user`` may answer outside MCP (dashboard,
+    REST API), across tasks: the set form of :func:`may_answer` (operator roles, named-approver
+    grants, the owner for ``any``, never a requester's own self-approval gate)."""
+    if not _authenticated(user):
+        return InputRequest.objects.none()
+    pending = InputRequest.objects.filter(state="pending",
+                                          audience__in=[Audience.OPERATOR, Audience.ANY])
+    tenants = tenants_where(user, Action.ANSWER)
+    if tenants is not None:
+        delegated = TaskUserObjectPermission.objects.filter(
+            user=user, permission__codename=DELEGATIONS["answer"]).values("content_object_id")
+        pending = pending.filter(Q(tenant_id__in=tenants) | Q(task_id__in=delegated)
+                                 | Q(audience=Audience.ANY, task__principal=user))
+    return pending.exclude(forbid_self_approval=True, task__principal=user)
+
+
+def answer_decisions(user: Any, task: Task, requests: list[InputRequest]) -> dict[int, Decision]:
+    """:func:`may_answer` for several requests of one task, by request pk, asking each distinct
+    (audience, self-approval) case once — may_answer reads nothing else of a request — so a
+    page costs a bounded number of queries however many requests it shows."""
+    decided: dict[tuple[str, bool], Decision] = {}
+    decisions: dict[int, Decision] = {}
+    for request in requests:
+        case = (request.audience, request.forbid_self_approval)
+        if case not in decided:
+            decided[case] = may_answer(user, request, task)
+        decisions[request.pk] = decided[case]
+    return decisions
+
+
+def tasks_where(user: Any, action: Action) -> QuerySet[Task]:
+    """Tasks on which a tenant role lets ``user`` do ``action`` (e.g. force cancel)."""
+    tenants = tenants_where(user, action)
+    return Task.objects.all() if tenants is None else Task.objects.filter(tenant_id__in=tenants)
+
+
+def reconcilable_effects(user: Any) -> QuerySet[Any]:
+    """Effects in ``unknown`` that ``user`` may reconcile: the operator's queue."""
+    from mcptasks.models import Effect, EffectState
+
+    effects = Effect.objects.filter(state=EffectState.UNKNOWN)
+    tenants = tenants_where(user, Action.RECONCILE)
+    return effects if tenants is None else effects.filter(tenant_id__in=tenants)
+
+
+def delegation_candidates(task: Task) -> QuerySet[Any]:
+    """Who may be named on ``task`` (approver, viewer): members of its tenant but its owner."""
+    return (User.objects.filter(is_active=True, memberships__tenant_id=task.tenant_id)
+            .exclude(pk=task.principal_id).distinct().order_by("username"))
+
+
+def may_receive_delegation(grantee: Any, task: Task) -> Decision:
+    if grantee is None or not delegation_candidates(task).filter(pk=grantee.pk).exists():
+        return Decision(False, "a delegation goes to another member of the task's tenant")
+    return ALLOW
+
+
+def audit_tenants(user: Any) -> list[int] | None:
+    """Tenants whose audit trail ``user`` may read (auditors, operators, tenant admins); None
+    means every chain, the ``system`` chain included (staff operators)."""
+    if not _authenticated(user):
+        return []
+    if _is_staff_operator(user):
+        return None
+    return sorted(tenant_id for tenant_id, roles in _roles(user).items() if roles & AUDIT_ROLES)
+
+
+def visible_audit_events(user: Any) -> QuerySet[Any]:
+    """The audit events ``user`` may read, as one queryset."""
+    from audit.models import AuditEvent
+
+    tenants = audit_tenants(user)
+    if tenants is None:
+        return AuditEvent.objects.all()
+    return AuditEvent.objects.filter(tenant_id__in=tenants)
+
+
+def may_read_audit(user: Any, tenant_id: int | None) -> bool:
+    """May ``user`` read (and export, and verify) the chain of ``tenant_id`` (None: system)?"""
+    tenants = audit_tenants(user)
+    return tenants is None or (tenant_id is not None and tenant_id in tenants)
+
+
+def token_admin_tenants(user: Any) -> list[int] | None:
+    """Tenants whose API tokens ``user`` administers (issue, list, revoke): tenant admins and
+    operators; None means every tenant (staff operators)."""
+    if not _authenticated(user):
+        return []
+    if _is_staff_operator(user):
+        return None
+    return sorted(tenant_id for tenant_id, roles in _roles(user).items()
+                  if roles & TOKEN_ADMIN_ROLES)
+
+
+def visible_tokens(user: Any) -> QuerySet[Any]:
+    """The user's own tokens and those of the tenants they administer."""
+    from mcptasks.models import ApiToken
+
+    if not _authenticated(user):
+        return ApiToken.objects.none()
+    tenants = token_admin_tenants(user)
+    if tenants is None:
+        return ApiToken.objects.all()
+    return ApiToken.objects.filter(Q(user=user) | Q(tenant_id__in=tenants))
+
+
+def may_issue_token(user: Any, *, tenant_id: int, owner: Any) -> Decision:
+    """Tokens are issued by a tenant's admins and operators, to a member of that tenant."""
+    tenants = token_admin_tenants(user)
+    if tenants is not None and tenant_id not in tenants:
+        return Decision(False, "only the tenant's admins and operators issue tokens")
+    if not Membership.objects.filter(user=owner, tenant_id=tenant_id).exists():
+        return Decision(False, "a token belongs to a member of its tenant")
+    return ALLOW
+
+
+def may_revoke_token(user: Any, token: Any) -> Decision:
+    """The owner revokes their token; the tenant's admins and operators revoke any of its."""
+    if not _authenticated(user):
+        return Decision(False, "not authenticated")
+    tenants = token_admin_tenants(user)
+    if token.user_id == user.pk or tenants is None or token.tenant_id in tenants:
+        return ALLOW
+    return Decision(False, "not permitted to revoke this token")
+
+
+def may_see_tenant(user: Any, tenant_id: int) -> bool:
+    """May ``user`` know that the tenant exists (a member, or a staff operator)? A request that
+    names a tenant the user may not see answers as if it did not exist (404, never 403)."""
+    return _authenticated(user) and (tenant_id in _roles(user) or _is_staff_operator(user))

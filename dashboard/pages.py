@@ -1,0 +1,136 @@
+"""What every dashboard page shares: the user's tenants and the current one, role-aware
+navigation, the Content-Security-Policy, and rendering helpers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import wraps
+from typing import Any
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
+from django.shortcuts import render
+
+from audit.record import Actor
+from mcptasks import access, queries
+from mcptasks.models import Membership, Task, Tenant
+
+SESSION_TENANT = "dashboard_tenant"
+
+# No inline script or style anywhere: the page loads only its own static files.
+CONTENT_SECURITY_POLICY = "; ".join([
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self' data:",
+    "font-src 'self'",
+    "connect-src 'self'",
+    "object-src 'none'",
+    "base-uri 'self'",
+    "form-action 'self'",
+    "frame-ancestors 'none'",
+])
+
+
+def with_csp(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """Send the dashboard's Content-Security-Policy with the view's responses."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        response = view(request, *args, **kwargs)
+        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        return response
+
+    return wrapped
+
+
+def page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
+    """A signed-in dashboard page: login required, CSP sent."""
+    return with_csp(login_required(view))
+
+
+@dataclass
+class TenantChoice:
+    tenant: Tenant
+    roles: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.tenant.name} ({', '.join(self.roles)})" if self.roles else self.tenant.name
+
+
+def tenant_choices(request: HttpRequest) -> list[TenantChoice]:
+    """The tenants the user belongs to (every tenant for a staff operator), cached per request."""
+    cached = getattr(request, "_dashboard_tenants", None)
+    if cached is not None:
+        return list(cached)
+    user = request.user
+    choices: dict[int, TenantChoice] = {}
+    for membership in (Membership.objects.filter(user_id=user.pk or 0).select_related("tenant")
+                       .order_by("tenant__name", "role")):
+        choices.setdefault(membership.tenant_id, TenantChoice(membership.tenant)) \
+            .roles.append(membership.role)
+    if access.tenants_where(user, access.Action.VIEW) is None:
+        for tenant in Tenant.objects.exclude(pk__in=list(choices)).order_by("name"):
+            choices[tenant.pk] = TenantChoice(tenant, ["staff operator"])
+    result = sorted(choices.values(), key=lambda choice: choice.tenant.name)
+    request._dashboard_tenants = result  # type: ignore[attr-defined]
+    return list(result)
+
+
+def current_tenant(request: HttpRequest) -> Tenant | None:
+    """The tenant the user works in (the switcher's choice, else their first)."""
+    choices = tenant_choices(request)
+    slug = request.session.get(SESSION_TENANT)
+    for choice in choices:
+        if choice.tenant.slug == slug:
+            return choice.tenant
+    return choices[0].tenant if choices else None
+
+
+def nav_context(request: HttpRequest) -> dict[str, Any]:
+    user = request.user
+    choices = tenant_choices(request)
+    tenant = current_tenant(request)
+    roles = next((c.roles for c in choices if tenant and c.tenant.pk == tenant.pk), [])
+    audit = access.audit_tenants(user)
+    tokens_admin = access.token_admin_tenants(user)
+    return {
+        "nav_tenants": choices,
+        "nav_tenant": tenant,
+        "nav_roles": roles,
+        "nav_may_audit": audit is None or bool(audit),
+        "nav_tokens_admin": tokens_admin is None or bool(tokens_admin),
+        "nav_counts": queries.inbox_counts(user),
+    }
+
+
+def render_page(request: HttpRequest, template: str, context: dict[str, Any] | None = None,
+                status: int = 200) -> HttpResponse:
+    """Render a full page, navigation included."""
+    full = {**nav_context(request), **(context or {})}
+    return render(request, template, full, status=status)
+
+
+def render_fragment(request: HttpRequest, template: str,
+                    context: dict[str, Any] | None = None) -> HttpResponse:
+    """Render a piece of a page (live updates, htmx swaps) without the navigation's queries."""
+    audit = access.audit_tenants(request.user)
+    return render(request, template, {"nav_may_audit": audit is None or bool(audit),
+                                      **(context or {})})
+
+
+def denied(request: HttpRequest, reason: str, *, title: str = "Not permitted") -> HttpResponse:
+    """A visible object, an action the user may not take: 403 with the reason."""
+    return render_page(request, "dashboard/denied.html", {"title": title, "reason": reason},
+                       status=403)
+
+
+def actor_for(user: Any, task: Task | None = None) -> Actor:
+    """The audit actor of a dashboard user: ``operator`` when acting with operator rights."""
+    is_operator = (access.can(user, access.Action.FORCE_CANCEL, task) if task is not None
+                   else access.tenants_where(user, access.Action.FORCE_CANCEL) != [])
+    return Actor.for_user(user, kind="operator" if is_operator else "user")

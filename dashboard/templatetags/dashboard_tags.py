@@ -1,0 +1,194 @@
+"""Template helpers of the dashboard: times, badges, JSON, audit summaries."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince, timeuntil
+
+from mcptasks.models import TaskState
+from mcptasks.wire import WIRE_STATUS
+
+register = template.Library()
+
+STATE_TONE = {"working": "info", "input_required": "warn", "completed": "ok", "failed": "bad",
+              "cancelled": "muted"}
+STATE_TONE_OVERRIDES = {TaskState.AWAITING_OPERATOR: "warn",
+                        TaskState.NEEDS_RECONCILIATION: "bad", TaskState.QUEUED: "muted"}
+EFFECT_TONE = {"intended": "info", "applied": "ok", "failed": "bad", "unknown": "bad",
+               "reconciled_applied": "ok", "reconciled_not_applied": "muted"}
+INPUT_TONE = {"pending": "warn", "answered": "ok", "superseded": "muted", "expired": "muted"}
+
+
+@register.simple_tag
+def reltime(moment: datetime | None) -> SafeString | str:
+    """``<time>`` with the relative time as text and the absolute UTC time as its title
+    (the page's script keeps the relative text fresh)."""
+    if moment is None:
+        return "—"
+    now = timezone.now()
+    if abs((now - moment).total_seconds()) < 45:
+        relative = "just now" if moment <= now else "in a moment"
+    elif moment <= now:
+        relative = f"{timesince(moment, now).split(',')[0]} ago"
+    else:
+        relative = f"in {timeuntil(moment, now).split(',')[0]}"
+    absolute = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return format_html('<time datetime="{}" title="{}" data-relative>{}</time>',
+                       moment.isoformat(), absolute, relative.replace("\xa0", " "))
+
+
+@register.simple_tag
+def abstime(moment: datetime | None) -> str:
+    if moment is None:
+        return "—"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@register.filter
+def state_label(state: str) -> str:
+    return state.replace("_", " ")
+
+
+@register.simple_tag
+def state_badge(state: str) -> SafeString:
+    """The internal state as a badge toned by what it asks of people."""
+    try:
+        status = WIRE_STATUS[TaskState(state)]
+    except ValueError:
+        status = "working"
+    tone = STATE_TONE_OVERRIDES.get(state, STATE_TONE.get(status, "info"))  # type: ignore[call-overload]
+    return format_html('<span class="badge tone-{}" data-state="{}">{}</span>', tone, state,
+                       state_label(state))
+
+
+@register.simple_tag
+def effect_badge(state: str) -> SafeString:
+    return format_html('<span class="badge tone-{}">{}</span>', EFFECT_TONE.get(state, "info"),
+                       state_label(state))
+
+
+@register.simple_tag
+def input_badge(state: str) -> SafeString:
+    return format_html('<span class="badge tone-{}">{}</span>', INPUT_TONE.get(state, "info"),
+                       state_label(state))
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@register.filter
+def short_id(value: str, length: int = 10) -> str:
+    return value if len(value) <= length else f"{value[:length]}…"
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    try:
+        return mapping.get(key)
+    except AttributeError:
+        return None
+
+
+ACTION_LABELS = {
+    "task.created": "Created",
+    "task.started": "Attempt started",
+    "task.input_requested": "Input requested",
+    "task.input_answered": "Input answered",
+    "task.input_timed_out": "Input timed out",
+    "task.sleeping": "Sleeping",
+    "task.woken": "Woken",
+    "task.requeued": "Requeued (lease expired)",
+    "task.cancel_requested": "Cancel requested",
+    "task.cancelled": "Cancelled",
+    "task.force_cancelled": "Force-cancelled",
+    "task.completed": "Completed",
+    "task.failed": "Failed",
+    "task.expired": "Expired",
+    "task.purged": "Purged",
+    "task.binding_changed": "Binding changed",
+    "effect.unknown": "Effect outcome unknown",
+    "effect.reconciled": "Effect reconciled",
+    "delegation.granted": "Delegation granted",
+    "delegation.revoked": "Delegation revoked",
+    "token.issued": "Token issued",
+    "token.revoked": "Token revoked",
+    "audit.exported": "Audit exported",
+    "audit.purged": "Audit purged (retention)",
+}
+
+
+@register.filter
+def action_label(action: str) -> str:
+    return ACTION_LABELS.get(action, action)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
+@register.filter
+def audit_summary(event: Any) -> str:
+    """One line saying what an audit event recorded, from its (redacted) data."""
+    data = event.data if isinstance(event.data, dict) else {}
+    action = event.action
+    parts: list[str] = []
+    if action == "task.created":
+        parts.append(f"tool {_text(data.get('tool', '?'))}")
+    elif action == "task.started":
+        parts.append(f"attempt {_text(data.get('attempt', '?'))}")
+    elif action == "task.input_requested":
+        keys = [r.get("key") for r in data.get("requests") or [] if isinstance(r, dict)]
+        audiences = {r.get("audience") for r in data.get("requests") or [] if isinstance(r, dict)}
+        parts.append(f"{', '.join(map(str, keys))} (for {', '.join(sorted(map(str, audiences)))})")
+    elif action == "task.input_answered":
+        response = data.get("response") if isinstance(data.get("response"), dict) else {}
+        comment = ((response or {}).get("_meta") or {}).get("io.mcptasks/comment")
+        parts.append(f"{_text(data.get('key', '?'))}: {_text(data.get('action', '?'))} "
+                     f"via {_text(data.get('via', '?'))}")
+        if comment:
+            parts.append(f"“{_text(comment)}”")
+    elif action in ("task.cancel_requested", "task.force_cancelled"):
+        parts.append(f"reason: {_text(data.get('reason') or '—')}")
+    elif action == "effect.unknown":
+        parts.append(f"step {_text(data.get('step', '?'))}")
+        if data.get("cause"):
+            parts.append(f"({_text(data['cause'])})")
+    elif action == "effect.reconciled":
+        parts.append(f"step {_text(data.get('step', '?'))}: "
+                     f"{_text(data.get('decision', '?')).replace('_', ' ')}")
+        if data.get("external_ref"):
+            parts.append(f"ref {_text(data['external_ref'])}")
+        if data.get("note"):
+            parts.append(f"— {_text(data['note'])}")
+    elif action in ("delegation.granted", "delegation.revoked"):
+        role = "approver" if data.get("delegation") == "answer" else "viewer"
+        parts.append(f"{_text(data.get('grantee', '?'))} as {role}")
+    elif action == "task.failed":
+        error = data.get("error") if isinstance(data.get("error"), dict) else {}
+        parts.append(_text((error or {}).get("message", "")))
+    elif action in ("token.issued", "token.revoked"):
+        parts.append(f"{_text(data.get('name') or data.get('lookup') or '')} "
+                     f"of {_text(data.get('owner', '?'))}")
+    elif action == "audit.exported":
+        parts.append(f"{_text(data.get('count', '?'))} events as {_text(data.get('format', '?'))}")
+    elif data.get("reason"):
+        parts.append(f"reason: {_text(data['reason'])}")
+    text = " ".join(part for part in parts if part)
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+@register.filter
+def redacted(value: Any) -> str:
+    """Free text (status messages, reasons) as the dashboard may show it."""
+    from audit.redact import redact_text
+
+    return redact_text(value) if isinstance(value, str) and value else (value or "")

@@ -1,0 +1,252 @@
+/* mcptasks dashboard: live updates over the /ws/tasks WebSocket, and small conveniences.
+ *
+ * The socket only says "task X is now at version V". The page then fetches server-rendered HTML
+ * for what it shows of X (a list row, the detail's sections, the inbox, the inbox count), so
+ * what appears is always what the server's access rules and templates produce. The channel layer
+ * delivers at most once: after a reconnect, and every CATCH_UP_MS, the page catches up anyway.
+ * No inline scripts: the Content-Security-Policy allows only this file and htmx.
+ */
+(function () {
+  "use strict";
+
+  var CATCH_UP_MS = 30000;
+  var DEBOUNCE_MS = 250;
+  var body = document.body;
+  var timers = {};
+  var socket = null;
+  var retries = 0;
+  var everConnected = false;
+
+  document.documentElement.classList.add("js");
+
+  function debounce(name, fn, delay) {
+    clearTimeout(timers[name]);
+    timers[name] = setTimeout(fn, delay === undefined ? DEBOUNCE_MS : delay);
+  }
+
+  function fetchHtml(url) {
+    return fetch(url, {
+      credentials: "same-origin",
+      headers: { "X-Requested-With": "fetch", "Accept": "text/html" },
+    }).then(function (response) {
+      if (response.status === 204) { return null; }
+      if (!response.ok) { throw new Error("HTTP " + response.status); }
+      return response.text();
+    });
+  }
+
+  function parse(html) {
+    var template = document.createElement("template");
+    template.innerHTML = html.trim();
+    return template.content;
+  }
+
+  function processNode(node) {
+    if (window.htmx && node && node.nodeType === 1) { window.htmx.process(node); }
+  }
+
+  function isBusy(element) {
+    // Never replace what someone is typing into.
+    if (element.querySelector("form[data-dirty]")) { return true; }
+    var active = document.activeElement;
+    return !!(active && active !== body && element.contains(active) &&
+      /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName));
+  }
+
+  function flash(element) {
+    element.classList.remove("flash");
+    void element.offsetWidth;
+    element.classList.add("flash");
+  }
+
+  // ---------------------------------------------------------------- list rows
+  function refreshRow(row, version) {
+    if (version !== undefined && Number(row.dataset.version) >= version) { return; }
+    fetchHtml(row.dataset.liveUrl).then(function (html) {
+      if (html === null) { return; }
+      var fresh = parse(html).firstElementChild;
+      if (!fresh || !row.isConnected) { return; }
+      if (Number(row.dataset.version) >= Number(fresh.dataset.version)) { return; }
+      row.replaceWith(fresh);
+      processNode(fresh);
+      refreshRelativeTimes(fresh);
+      flash(fresh);
+    }).catch(function () {});
+  }
+
+  function insertRow(list, taskId) {
+    if (!list.hasAttribute("data-first-page") || !list.dataset.rowUrl) { return; }
+    var url = list.dataset.rowUrl.replace("__id__", encodeURIComponent(taskId));
+    fetchHtml(url).then(function (html) {
+      if (html === null || document.getElementById("row-" + taskId)) { return; }
+      var fresh = parse(html).firstElementChild;
+      var tbody = list.querySelector("tbody");
+      if (!fresh || !tbody) { return; }
+      var empty = tbody.querySelector(".empty-row");
+      if (empty) { empty.remove(); }
+      tbody.insertBefore(fresh, tbody.firstChild);
+      processNode(fresh);
+      refreshRelativeTimes(fresh);
+      flash(fresh);
+    }).catch(function () {});
+  }
+
+  // ---------------------------------------------------------------- task detail
+  function refreshDetail(page, version) {
+    if (version !== undefined && Number(page.dataset.version) >= version) { return; }
+    fetchHtml(page.dataset.liveUrl).then(function (html) {
+      if (html === null) { return; }
+      var fresh = parse(html);
+      var root = fresh.querySelector("#task-live");
+      if (root && Number(root.dataset.version) < Number(page.dataset.version)) { return; }
+      var pending = false;
+      fresh.querySelectorAll("[data-live-section]").forEach(function (section) {
+        var current = document.getElementById(section.id);
+        if (!current) { return; }
+        if (current.innerHTML === section.innerHTML) { return; }
+        if (isBusy(current)) { pending = true; return; }
+        var openDetails = Array.prototype.map.call(
+          current.querySelectorAll("details[open][data-action], details[open][data-reconcile]"),
+          function (d) { return d.dataset.action || d.dataset.reconcile; });
+        current.replaceWith(section);
+        section.querySelectorAll("details[data-action], details[data-reconcile]").forEach(function (d) {
+          if (openDetails.indexOf(d.dataset.action || d.dataset.reconcile) !== -1) { d.open = true; }
+        });
+        processNode(section);
+        refreshRelativeTimes(section);
+      });
+      if (root && !pending) { page.dataset.version = root.dataset.version; }
+    }).catch(function () {});
+  }
+
+  // ---------------------------------------------------------------- inbox and its count
+  function refreshInbox() {
+    var inbox = document.querySelector("[data-live-inbox]");
+    if (!inbox) { return; }
+    fetchHtml(inbox.dataset.liveUrl).then(function (html) {
+      if (html === null || inbox.innerHTML.trim() === html.trim()) { return; }
+      var before = {};
+      inbox.querySelectorAll(".card").forEach(function (card) { before[card.outerHTML] = true; });
+      inbox.innerHTML = html;
+      processNode(inbox);
+      refreshRelativeTimes(inbox);
+      inbox.querySelectorAll(".card").forEach(function (card) {
+        if (!before[card.outerHTML]) { flash(card); }
+      });
+    }).catch(function () {});
+  }
+
+  function refreshCounts() {
+    var url = body.dataset.countsUrl;
+    var badge = document.getElementById("inbox-count");
+    if (!url || !badge) { return; }
+    fetchHtml(url).then(function (html) {
+      if (html === null) { return; }
+      var fresh = parse(html).firstElementChild;
+      if (fresh && badge.isConnected && badge.outerHTML !== fresh.outerHTML) { badge.replaceWith(fresh); }
+    }).catch(function () {});
+  }
+
+  // ---------------------------------------------------------------- the socket
+  function onTask(message) {
+    var taskId = message.task_id;
+    var version = Number(message.version);
+    var selector = '[data-live-row="' + CSS.escape(taskId) + '"]';
+    var rows = document.querySelectorAll(selector);
+    rows.forEach(function (row) { refreshRow(row, version); });
+    var list = document.querySelector("[data-live-list]");
+    if (list && rows.length === 0) { insertRow(list, taskId); }
+    var page = document.querySelector('[data-live-task="' + CSS.escape(taskId) + '"]');
+    if (page) { refreshDetail(page, version); }
+    debounce("inbox", refreshInbox);
+    debounce("counts", refreshCounts);
+  }
+
+  function catchUp() {
+    document.querySelectorAll("[data-live-row]").forEach(function (row) { refreshRow(row); });
+    document.querySelectorAll("[data-live-task]").forEach(function (page) { refreshDetail(page); });
+    refreshInbox();
+    refreshCounts();
+  }
+
+  function setStatus(state, text) {
+    var status = document.getElementById("live-status");
+    body.dataset.live = state;
+    if (!status) { return; }
+    status.dataset.state = state;
+    status.textContent = text;
+  }
+
+  function connect() {
+    var path = body.dataset.wsUrl;
+    if (!path || !window.WebSocket) { return; }
+    var scheme = window.location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + window.location.host + path);
+    socket.addEventListener("open", function () {
+      retries = 0;
+      setStatus("live", "live");
+      if (everConnected) { catchUp(); }
+      everConnected = true;
+    });
+    socket.addEventListener("message", function (event) {
+      var message;
+      try { message = JSON.parse(event.data); } catch (err) { return; }
+      if (message && message.type === "task" && message.task_id) { onTask(message); }
+    });
+    socket.addEventListener("close", function () {
+      setStatus("offline", "reconnecting…");
+      var delay = Math.min(30000, 500 * Math.pow(2, retries++));
+      setTimeout(connect, delay);
+    });
+  }
+
+  // ---------------------------------------------------------------- relative times
+  function relative(date) {
+    var seconds = Math.round((Date.now() - date.getTime()) / 1000);
+    var future = seconds < 0;
+    var s = Math.abs(seconds);
+    var text;
+    if (s < 45) { return future ? "in a moment" : "just now"; }
+    if (s < 3600) { text = Math.round(s / 60) + " min"; }
+    else if (s < 86400) { text = Math.round(s / 3600) + " h"; }
+    else if (s < 86400 * 30) { text = Math.round(s / 86400) + " d"; }
+    else { return date.toISOString().slice(0, 10); }
+    return future ? "in " + text : text + " ago";
+  }
+
+  function refreshRelativeTimes(root) {
+    (root || document).querySelectorAll("time[data-relative]").forEach(function (element) {
+      var date = new Date(element.getAttribute("datetime"));
+      if (!isNaN(date.getTime())) { element.textContent = relative(date); }
+    });
+  }
+
+  // ---------------------------------------------------------------- conveniences
+  document.addEventListener("input", function (event) {
+    var form = event.target && event.target.form;
+    if (form) { form.setAttribute("data-dirty", ""); }
+  });
+  document.addEventListener("submit", function (event) {
+    if (event.target && event.target.removeAttribute) { event.target.removeAttribute("data-dirty"); }
+  });
+  document.addEventListener("change", function (event) {
+    var target = event.target;
+    if (target && target.matches && target.matches("select[data-autosubmit]") && target.form) {
+      target.form.submit();
+    }
+  });
+  document.addEventListener("focusin", function (event) {
+    var target = event.target;
+    if (target && target.matches && target.matches("input[data-select-on-focus]")) { target.select(); }
+  });
+
+  refreshRelativeTimes(document);
+  setInterval(function () { refreshRelativeTimes(document); }, 30000);
+  if (body.dataset.wsUrl) {
+    connect();
+    setInterval(function () {
+      refreshCounts();
+      refreshInbox();
+    }, CATCH_UP_MS);
+  }
+})();
