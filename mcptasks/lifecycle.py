@@ -62,7 +62,7 @@ TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "mark_effect_unknown": (frozenset({S.RUNNING}), frozenset({S.NEEDS_RECONCILIATION})),
     "reconcile_effect": (frozenset({S.NEEDS_RECONCILIATION}), frozenset({S.QUEUED, S.FAILED})),
     "expire": (ACTIVE_STATES, frozenset({S.FAILED})),
-    "timeout_input": (AWAITING_STATES, frozenset({S.QUEUED, S.FAILED})),
+    "timeout_input": (AWAITING_STATES, AWAITING_STATES | {S.QUEUED, S.FAILED}),
 }
 
 LEGAL_MOVES: frozenset[tuple[str, str]] = frozenset(
@@ -500,14 +500,7 @@ def task_answer_input(*, task_id: str, key: str, response: dict[str, Any], actor
             answered_via=via, answered_at=now,
         ) != 1:
             raise InputNotPending(key)
-        remaining = set(InputRequest.objects.filter(
-            task_id=task_id, state=InputState.PENDING).values_list("audience", flat=True))
-        if not remaining:
-            target, message = S.QUEUED, "Resuming"
-        elif remaining & {Audience.CLIENT, Audience.ANY}:
-            target, message = S.AWAITING_INPUT, "Waiting for input"
-        else:
-            target, message = S.AWAITING_OPERATOR, "Waiting for an operator"
+        target, message = _after_input(task_id, resuming="Resuming")
         task = _apply(task_id, verb="answer_input", target=target, status_message=message)
         request = InputRequest.objects.get(task_id=task_id, key=key)
         _audit(task, "task.input_answered", actor, {
@@ -517,6 +510,18 @@ def task_answer_input(*, task_id: str, key: str, response: dict[str, Any], actor
         if target == S.QUEUED:
             _run_on_commit(task)
     return task
+
+
+def _after_input(task_id: str, *, resuming: str) -> tuple[str, str]:
+    """Where a task waiting for input goes once one request is settled: back to the queue when
+    none is pending, else the awaiting state the remaining audiences call for."""
+    remaining = set(InputRequest.objects.filter(
+        task_id=task_id, state=InputState.PENDING).values_list("audience", flat=True))
+    if not remaining:
+        return S.QUEUED, resuming
+    if remaining & {Audience.CLIENT, Audience.ANY}:
+        return S.AWAITING_INPUT, "Waiting for input"
+    return S.AWAITING_OPERATOR, "Waiting for an operator"
 
 
 def _secret_fields(params: dict[str, Any]) -> frozenset[str]:
@@ -543,9 +548,10 @@ def task_timeout_input(*, task_id: str, key: str, fail: bool = True) -> Task:
             InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
                 state=InputState.SUPERSEDED)
         else:
-            task = _apply(task_id, verb="timeout_input", target=S.QUEUED,
-                          status_message="Input timed out; resuming")
-            _run_on_commit(task)
+            target, message = _after_input(task_id, resuming="Input timed out; resuming")
+            task = _apply(task_id, verb="timeout_input", target=target, status_message=message)
+            if target == S.QUEUED:
+                _run_on_commit(task)
         _audit(task, "task.input_timed_out", actor, {"key": key})
         _changed(task)
     return task
@@ -676,7 +682,9 @@ def task_reconcile_effect(*, effect_id: int, actor: Actor, decision: str, note: 
                  "not_applied": EffectState.RECONCILED_NOT_APPLIED,
                  "fail": EffectState.FAILED}[decision]
     with transaction.atomic():
-        effect = Effect.objects.select_related("task__tenant").get(pk=effect_id)
+        effect = Effect.objects.select_related("task__tenant").filter(pk=effect_id).first()
+        if effect is None:
+            raise EffectNotUnknown(effect_id)
         now = timezone.now()
         fields: dict[str, Any] = {"state": new_state, "reconciled_by_id": actor.user_id,
                                   "reconcile_note": note[:2000], "reconciled_at": now,
@@ -748,7 +756,9 @@ def task_grant_delegation(*, task_id: str, actor: Actor, grantee: Any, delegatio
     if delegation not in access.DELEGATIONS:
         raise ValueError(f"delegation must be one of {', '.join(access.DELEGATIONS)}")
     with transaction.atomic():
-        task = Task.objects.select_related("tenant").get(pk=task_id)
+        task = Task.objects.select_related("tenant").filter(pk=task_id).first()
+        if task is None:
+            raise TaskNotFound(task_id)
         if revoke:
             access.remove_delegation(grantee=grantee, task=task, delegation=delegation)
         else:

@@ -255,6 +255,20 @@ LEGAL: list[Move] = [
          ("task.input_timed_out",), prepare=deadline_passed),
     Move("timeout_input", S.AWAITING_OPERATOR, S.QUEUED, timeout("approve", fail=False),
          ("task.input_timed_out",), prepare=deadline_passed),
+    # A timed-out answer handed to the tool waits while other requests are still pending.
+    Move("timeout_input", S.AWAITING_INPUT, S.AWAITING_INPUT, timeout("a", fail=False),
+         ("task.input_timed_out",), requests=(("a", CLIENT), ("b", CLIENT)),
+         prepare=deadline_passed),
+    Move("timeout_input", S.AWAITING_INPUT, S.AWAITING_OPERATOR, timeout("a", fail=False),
+         ("task.input_timed_out",), requests=(("a", CLIENT), ("ok", OPERATOR)),
+         prepare=deadline_passed),
+    Move("timeout_input", S.AWAITING_OPERATOR, S.AWAITING_OPERATOR, timeout("x", fail=False),
+         ("task.input_timed_out",), requests=(("x", OPERATOR), ("y", OPERATOR)),
+         prepare=deadline_passed),
+    Move("timeout_input", S.AWAITING_OPERATOR, S.AWAITING_INPUT, timeout("approve", fail=False),
+         ("task.input_timed_out",),
+         prepare=lambda task, env: (extra_client_request(task, env),
+                                    deadline_passed(task, env))),
 ]
 
 
