@@ -85,7 +85,7 @@ def echo_auto(ctx: ToolContext, text: str = "hi") -> dict[str, Any]:
 def crash_task(ctx: ToolContext) -> str:
     """Crash with an exception whose text must never reach the client."""
     ctx.report("about to crash")
-    raise RuntimeError("db password=hunter2 leaked in a traceback")
+    raise RuntimeError("internal detail: widget cache overflow at shard 7")
 
 
 @tool(policy="task")
