@@ -1,0 +1,90 @@
+"""Start what docker-compose would, from the same settings: web processes, Celery workers and
+beat, on PostgreSQL and Redis. Every process is ended by pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def database_url(settings_dict: dict) -> str:
+    user = settings_dict.get("USER") or "postgres"
+    return (f"postgres://{user}@{settings_dict.get('HOST') or '127.0.0.1'}:"
+            f"{settings_dict.get('PORT') or 5432}/{settings_dict['NAME']}")
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    workdir: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    web_urls: dict[str, str] = field(default_factory=dict)
+
+    def _start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[name] = process
+        return process
+
+    def web(self, name: str) -> str:
+        port = free_port()
+        self._start(name, [str(BIN / "python"), "manage.py", "serve", "--host", "127.0.0.1",
+                           "--port", str(port)])
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or self.processes[name].poll() is not None:
+                raise RuntimeError(f"{name} did not become ready:\n{self.log(name)}")
+            time.sleep(0.2)
+        self.web_urls[name] = url
+        return url
+
+    def worker(self, name: str) -> None:
+        self._start(name, [str(BIN / "celery"), "-A", "mcptasks", "worker", "--pool=prefork",
+                           "-c", "2", "-n", f"{name}@%h", "-l", "warning"])
+
+    def beat(self) -> None:
+        self._start("beat", [str(BIN / "celery"), "-A", "mcptasks", "beat", "-l", "warning",
+                             "-s", str(self.workdir / "beat-schedule")])
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the process and its children (a worker's pool)."""
+        process = self.processes[name]
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+    def log(self, name: str) -> str:
+        return (self.workdir / f"{name}.log").read_text()
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
