@@ -19,8 +19,9 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import jsonschema
+import structlog
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -325,7 +326,8 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
     if binding_error:
         return _fail(task, binding_error)
     context = TaskContext(task, tool_def)
-    with LeaseKeeper(task.pk, task.attempt):
+    with LeaseKeeper(task.pk, task.attempt), structlog.contextvars.bound_contextvars(
+            task_id=task.pk, tenant=task.tenant.slug, attempt=task.attempt):
         return _execute(task, tool_def, context)
 
 
@@ -370,6 +372,13 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
     except ToolDefinitionError as exc:
         label = "Non-deterministic tool" if isinstance(exc, NonDeterministicTool) else "Tool error"
         return _fail(task, f"{label}: {exc}")
+    except (OperationalError, InterfaceError):
+        # The database failed under the attempt (a dropped connection), not the tool: failing
+        # the task would turn a blip into a lost result. Abandon the attempt instead; its lease
+        # runs out and the reaper requeues the task (counted against MCPTASKS_MAX_ATTEMPTS).
+        log.warning("attempt abandoned: database error", exc_info=True,
+                    extra={"task_id": task.pk})
+        return None
     except Exception:
         log.exception("tool raised", extra={"task_id": task.pk, "tool": task.tool_name})
         return _fail(task, f"Tool {task.tool_name!r} failed with an internal error")

@@ -15,6 +15,7 @@ import re
 import secrets
 from typing import Any
 
+import structlog
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import close_old_connections
@@ -142,6 +143,8 @@ class McpApplication:
                 headers.get("authorization"))
             handler = self._gate(message.method, message.params, call.capabilities)
             call.principal = principal
+            structlog.contextvars.bind_contextvars(tenant=principal.tenant.slug,
+                                                   principal=principal.user.get_username())
             if message.method == LISTEN:
                 return ListenStream(call, parse_listen(call))
             result = await sync_to_async(self._run, thread_sensitive=False)(handler, call)
