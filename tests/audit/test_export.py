@@ -224,3 +224,20 @@ def test_verify_export_accepts_a_retired_key_given_on_the_command_line(
         call_command("verify_export", str(out), str(manifest_path), stdout=io.StringIO())
     call_command("verify_export", str(out), str(manifest_path), "--public-key", old_public_key,
                  stdout=io.StringIO())
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_times_are_exported_exactly_as_hashed_with_or_without_microseconds(
+        fmt: str, record_events: Callable[..., Any]) -> None:
+    whole_second = timezone.now().replace(microsecond=0) - timedelta(days=1)
+    for moment in (whole_second, whole_second.replace(microsecond=5),
+                   whole_second.replace(microsecond=120000)):
+        with time_machine.travel(moment, tick=False):
+            record_events(1)
+    expected = [event.created_at.isoformat() for event in
+                AuditEvent.objects.filter(chain=ACME).order_by("seq")]
+    assert "." not in expected[0] and expected[1].endswith(".000005+00:00")
+    content, manifest = export(ExportFilters(chain=ACME), fmt)
+    for stamp in expected:
+        assert stamp.encode() in content
+    assert check(content, manifest).ok
