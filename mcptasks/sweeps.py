@@ -74,11 +74,33 @@ def timeout_inputs() -> int:
     return done
 
 
+def _jobs_waiting() -> int:
+    """Jobs waiting in the broker's queue (0 on the embedded worker, or when unknown)."""
+    if settings.MCPTASKS_EMBEDDED_WORKER:
+        return 0
+    from mcptasks.celery import app
+
+    try:
+        with app.pool.acquire(block=True, timeout=2) as conn:
+            return int(conn.default_channel.queue_declare(
+                queue=app.conf.task_default_queue, passive=True).message_count)
+    except Exception:
+        return 0  # the broker is down: redelivering will fail and be retried next sweep
+
+
 def redeliver_queued(older_than_s: float = 5.0) -> int:
-    """Deliver again queued tasks nobody claimed: the broker may have lost the message."""
+    """Deliver again queued tasks nobody claimed: the broker may have lost the message.
+
+    Only as many as the broker is short of, oldest first: while workers drain a backlog, re-
+    sending every waiting task on every sweep would flood the queue with duplicates.
+    """
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
-    ids = list(Task.objects.filter(state=TaskState.QUEUED, updated_at__lt=cutoff)
-               .values_list("pk", flat=True)[:BATCH])
+    queued = Task.objects.filter(state=TaskState.QUEUED)
+    missing = queued.count() - _jobs_waiting()
+    if missing <= 0:
+        return 0
+    ids = list(queued.filter(updated_at__lt=cutoff).order_by("updated_at")
+               .values_list("pk", flat=True)[:min(BATCH, missing)])
     for task_id in ids:
         events.dispatch_job("run_task", {"task_id": task_id})
     return len(ids)
