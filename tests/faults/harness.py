@@ -246,6 +246,13 @@ class Cluster:
             proc.wait_log(r" ready\.")
         return proc
 
+    def start_workers(self, *names: str) -> list[Proc]:
+        """Start several workers at once (each takes seconds to boot); wait for all."""
+        procs = [self.start_worker(name, wait=False) for name in names]
+        for proc in procs:
+            proc.wait_log(r" ready\.")
+        return procs
+
     def start_beat(self) -> Proc:
         proc = self._spawn("beat", [
             "beat", "-s", str(self.workdir / "beat-schedule"),
@@ -274,10 +281,8 @@ def producer_broker(url: str) -> Iterator[None]:
     from mcptasks.celery import app
 
     def reset() -> None:
-        pool = app._pool
-        if pool is not None:
-            with contextlib.suppress(Exception):
-                pool.force_close_all()
+        # Drop the references only: kombu keeps its pools per broker URL in a global registry,
+        # and closing one here would break the next test that uses the same URL.
         app._pool = None
         with contextlib.suppress(AttributeError, KeyError):
             app.__dict__["amqp"]._producer_pool = None

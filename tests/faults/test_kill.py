@@ -23,8 +23,7 @@ KILLS = int(os.environ.get("MCPTASKS_FAULT_KILLS", "10"))
 
 def test_killed_workers_lose_no_step_and_every_task_ends(
         cluster: harness.Cluster, fault_tasks: harness.FaultTasks, fault_db: Any) -> None:
-    cluster.start_worker("A")
-    cluster.start_worker("B")
+    cluster.start_workers("A", "B")
     cluster.start_beat()
     rng = random.Random(os.environ.get("MCPTASKS_FAULT_SEED", "5"))
     started = time.monotonic()
