@@ -29,9 +29,30 @@ def _visible_task(call: Call) -> Task:
     return task
 
 
-def detailed_for(user: Any, task: Task) -> dict[str, Any]:
+def declares_input_kind(capabilities: dict[str, Any], method: str, params: dict[str, Any]
+                        ) -> bool:
+    """Did a request declare what an input request of ``method`` needs (PROTOCOL M9)? Form
+    elicitation: ``elicitation: {}`` or one listing ``form``; URL elicitation: ``url``."""
+    if method == "elicitation/create":
+        declared = capabilities.get("elicitation")
+        if not isinstance(declared, dict):
+            return False
+        if params.get("mode") == "url":
+            return "url" in declared
+        return not declared or "form" in declared
+    needed = {"sampling/createMessage": "sampling", "roots/list": "roots"}.get(method)
+    return needed is not None and isinstance(capabilities.get(needed), dict)
+
+
+def detailed_for(user: Any, task: Task, capabilities: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    """The DetailedTask ``user`` sees; with ``capabilities`` (those of the request that asks),
+    only the input requests that request declared it can take are surfaced (§8 item 4)."""
     requests = (access.answerable_requests(user, task, channel="mcp")
                 if task.state == TaskState.AWAITING_INPUT else [])
+    if capabilities is not None:
+        requests = [r for r in requests
+                    if declares_input_kind(capabilities, r.method, r.params or {})]
     return wire.detailed_task(task, requests)
 
 
@@ -40,7 +61,8 @@ def handle_tasks_get(call: Call) -> dict[str, Any]:
     task = _visible_task(call)
     limits.check_poll(principal_id=call.principal.user.pk, task_id=task.pk,
                       poll_interval_ms=task.poll_interval_ms, version=task.version)
-    return {"resultType": "complete", **detailed_for(call.principal.user, task)}
+    return {"resultType": "complete",
+            **detailed_for(call.principal.user, task, call.capabilities)}
 
 
 def handle_tasks_update(call: Call) -> dict[str, Any]:

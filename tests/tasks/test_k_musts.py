@@ -214,6 +214,26 @@ def test_K11_input_required_lists_all_outstanding_requests(mcp, start_task, run_
     assert get_task(mcp, task_id)["inputRequests"] == task["inputRequests"]
 
 
+@pytest.mark.parametrize("capabilities", [
+    {"extensions": {TASKS: {}}},
+    {"sampling": {}, "extensions": {TASKS: {}}},
+    {"elicitation": {"url": {}}, "extensions": {TASKS: {}}},
+])
+def test_K11_M9_tasks_get_surfaces_only_input_kinds_this_poll_declares(
+        mcp, start_task, run_jobs, capabilities):
+    """PROTOCOL M9 and §8 item 4: a poll that does not declare (form) elicitation is never
+    shown elicitation requests; it sees the task as working until someone answers."""
+    task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
+    reply = mcp.call("tasks/get", {"taskId": task_id}, capabilities=capabilities)
+    validate("GetTaskResult", reply.result, ext=True)
+    assert reply.result["status"] == "working"
+    assert "inputRequests" not in reply.result
+    for declared in ({}, {"form": {}}, {"form": {}, "url": {}}):
+        got = mcp.call("tasks/get", {"taskId": task_id}, capabilities={
+            "elicitation": declared, "extensions": {TASKS: {}}}).result
+        assert set(got["inputRequests"]) == {"name", "confirm"}, declared
+
+
 def test_K11_partial_update_keeps_input_required_with_only_pending_keys(
         mcp, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
