@@ -213,12 +213,21 @@ def _authenticated(user: Any) -> bool:
     return user is not None and user.is_authenticated and user.is_active
 
 
+def _staff_operator(user: Any) -> bool:
+    """:func:`_is_staff_operator`, asked once per user object (one request, like the roles)."""
+    cached = getattr(user, "_mcptasks_staff_operator", None)
+    if cached is None:
+        cached = _is_staff_operator(user)
+        user._mcptasks_staff_operator = cached
+    return bool(cached)
+
+
 def tenants_where(user: Any, action: Action) -> list[int] | None:
     """Tenant ids where a role of ``user`` carries ``action`` over every task; None means every
     tenant (a staff operator). Owner rights and delegations are not included."""
     if not _authenticated(user):
         return []
-    if action in ROLE_ACTIONS[Role.OPERATOR] and _is_staff_operator(user):
+    if action in ROLE_ACTIONS[Role.OPERATOR] and _staff_operator(user):
         return None
     return sorted(tenant_id for tenant_id, roles in _roles(user).items()
                   if any(action in ROLE_ACTIONS[role] for role in roles))
@@ -308,7 +317,7 @@ def audit_tenants(user: Any) -> list[int] | None:
     means every chain, the ``system`` chain included (staff operators)."""
     if not _authenticated(user):
         return []
-    if _is_staff_operator(user):
+    if _staff_operator(user):
         return None
     return sorted(tenant_id for tenant_id, roles in _roles(user).items() if roles & AUDIT_ROLES)
 
@@ -334,7 +343,7 @@ def token_admin_tenants(user: Any) -> list[int] | None:
     operators; None means every tenant (staff operators)."""
     if not _authenticated(user):
         return []
-    if _is_staff_operator(user):
+    if _staff_operator(user):
         return None
     return sorted(tenant_id for tenant_id, roles in _roles(user).items()
                   if roles & TOKEN_ADMIN_ROLES)
