@@ -342,7 +342,10 @@ def task_requeue(*, task_id: str) -> Task:
                       lost_attempts=F("lost_attempts") + 1)
         _audit(task, "task.requeued", Actor.system("reaper"), {"attempt": task.attempt})
         _changed(task)
-        _run_on_commit(task)
+        # Cancel intent recorded while it ran: queued now, so honoured at once, not run again.
+        task = _after_suspend(task, Actor.system("reaper"))
+        if task.state == S.QUEUED:
+            _run_on_commit(task)
     return task
 
 

@@ -467,6 +467,24 @@ def test_K18_cancel_of_a_queued_task_is_immediate(mcp, start_task, run_jobs):
     assert "task.started" not in audit_actions(task_id)
 
 
+def test_K18_cancel_of_a_task_whose_worker_died_is_honoured_when_the_reaper_requeues_it(
+        mcp, start_task, run_jobs):
+    """Intent recorded while running; the worker dies; the requeued task is not running any
+    more, so it is cancelled at once rather than run again (DESIGN §3 Cancel)."""
+    task_id = start_task("echo_task", {"text": "must not run"})
+    lifecycle.task_claim(task_id=task_id, worker="a-worker-that-dies")
+    assert_ack(mcp.call("tasks/cancel", {"taskId": task_id}).result)
+    assert get_task(mcp, task_id)["status"] == "working"  # running: stops at a safe point
+    Task.objects.filter(pk=task_id).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
+    assert sweeps.reap_leases() == 1
+    assert get_task(mcp, task_id)["status"] == "cancelled"
+    run_jobs()
+    assert get_task(mcp, task_id)["status"] == "cancelled"
+    assert audit_actions(task_id)[-3:] == ["task.cancel_requested", "task.requeued",
+                                           "task.cancelled"]
+    assert "task.completed" not in audit_actions(task_id)
+
+
 def test_K18_cancel_of_a_terminal_task_is_an_idempotent_ack(mcp, start_task, run_jobs):
     task_id = start_task("echo_task", {"text": "done"})
     run_jobs()
