@@ -10,8 +10,6 @@ Playwright's sync API keeps an event loop in the test's thread, where Django ref
 from __future__ import annotations
 
 import os
-import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,9 +17,8 @@ from typing import Any, TypeVar
 
 import httpx
 import pytest
-import uvicorn
 
-from tests.streams.conftest import free_port
+from tests.streams.conftest import serving
 
 T = TypeVar("T")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "screenshots"
@@ -76,20 +73,8 @@ def live_url(transactional_db: None, settings: Any) -> Iterator[str]:
 
     settings.WHITENOISE_USE_FINDERS = True
     settings.WHITENOISE_AUTOREFRESH = False
-    application = build_application(ASGIHandler())
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off", ws="auto"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serving(build_application(ASGIHandler())) as url:
+        yield url
 
 
 @pytest.fixture

@@ -7,6 +7,8 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 import uvicorn
@@ -18,10 +20,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def server_url(transactional_db: None) -> Iterator[str]:
-    from mcptasks.asgi import application
-
+@contextmanager
+def serving(application: Any) -> Iterator[str]:
+    """Serve ``application`` with uvicorn in a thread of this process; yield its base URL."""
     port = free_port()
     config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
                             lifespan="off")
@@ -33,6 +34,16 @@ def server_url(transactional_db: None) -> Iterator[str]:
         if time.monotonic() > deadline:
             raise RuntimeError("uvicorn did not start")
         time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def server_url(transactional_db: None) -> Iterator[str]:
+    from mcptasks.asgi import application
+
+    with serving(application) as url:
+        yield url
