@@ -1,0 +1,453 @@
+"""The REST API (/api/v1/): tasks, their actions, and API tokens. Audit lives in audit/api.py.
+
+One view per operation (STYLE rule 4): parse with an input serializer, authorize through
+access.py (:class:`~mcptasks.api_permissions.AccessPermission`), call a lifecycle verb or the
+token service, render with an output serializer. No view assigns a state.
+
+Errors are RFC 9457 problems: 404 for anything the caller may not see (never a 403 that tells
+it exists), 403 for a visible object the caller may not act on, 409 for a move lifecycle
+refuses, 422 for invalid input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.parsers import JSONParser
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import Serializer
+from rest_framework.views import APIView
+
+from audit.record import Actor
+from mcptasks import access, lifecycle, queries, tokens
+from mcptasks.access import Action
+from mcptasks.api_auth import BearerTokenAuthentication
+from mcptasks.api_errors import problem_exception_handler
+from mcptasks.api_filters import TaskFilter, TaskPagination, TokenFilter, TokenPagination
+from mcptasks.api_permissions import AccessPermission, TokenIssue
+from mcptasks.api_serializers import (
+    AnswerInputSerializer,
+    CancelSerializer,
+    DelegationInputSerializer,
+    ForceCancelSerializer,
+    IssuedTokenSerializer,
+    ProblemSerializer,
+    ReconcileSerializer,
+    TaskDetailSerializer,
+    TaskSummarySerializer,
+    TokenIssueSerializer,
+    TokenRevokeSerializer,
+    TokenSerializer,
+)
+from mcptasks.auth import Principal
+from mcptasks.models import ApiToken, InputState, Task, Tenant
+from mcptasks.tools.answers import InvalidAnswer, validate_response
+
+
+# ---------------------------------------------------------------- errors
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "Conflict"
+    default_code = "conflict"
+
+
+class Unprocessable(APIException):
+    status_code = status.HTTP_422_UNPROCESSABLE_ENTITY
+    default_detail = "Invalid input"
+    default_code = "invalid"
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return (text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")) if text else text
+
+
+def as_http_error(exc: Exception) -> Exception:
+    """Lifecycle refusals and validation errors as the API's HTTP errors."""
+    if isinstance(exc, lifecycle.TaskNotFound):
+        return NotFound("Task not found.")
+    if isinstance(exc, lifecycle.InputNotPending):
+        return Conflict(f"The input request {exc} is no longer pending: it was answered, "
+                        "superseded or expired.")
+    if isinstance(exc, lifecycle.EffectNotUnknown):
+        return Conflict("The effect's outcome is not unknown: it was already reconciled, or it "
+                        "never needed reconciling.")
+    if isinstance(exc, lifecycle.InvalidTransition):
+        return Conflict(_sentence(str(exc)))
+    if isinstance(exc, ValidationError):
+        return Unprocessable(exc.detail)
+    return exc
+
+
+def _first_error(errors: Any, path: str = "") -> str:
+    """The first message of a DRF error structure, prefixed by where it is."""
+    if isinstance(errors, dict):
+        for key, value in errors.items():
+            where = key if key == "non_field_errors" else f"{path}.{key}" if path else str(key)
+            return _first_error(value, "" if key == "non_field_errors" else where)
+    if isinstance(errors, list) and errors:
+        return _first_error(errors[0], path)
+    return f"{path}: {errors}" if path else str(errors)
+
+
+def problem_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """problem+json for every error of the API, with a specific ``detail`` for 422."""
+    response = problem_exception_handler(as_http_error(exc), context)
+    if response is not None and response.status_code == 422 and "errors" in response.data:
+        response.data["detail"] = _sentence(_first_error(response.data["errors"]))
+    return response
+
+
+PROBLEM = "application/problem+json"
+PROBLEM_TEXT = {
+    400: "Malformed request body.",
+    401: "No valid credentials (session, or Authorization: Bearer with the 'api' scope).",
+    403: "Visible, but the caller may not do this (or CSRF failure with a session).",
+    404: "Unknown, or not visible to the caller.",
+    409: "The object's state does not allow this now.",
+    422: "Invalid input; errors names each field.",
+}
+
+
+def problems(*codes: int) -> dict[Any, OpenApiResponse]:
+    """OpenAPI responses for the problem statuses an operation may answer (401 always)."""
+    return {(code, PROBLEM): OpenApiResponse(ProblemSerializer, description=PROBLEM_TEXT[code])
+            for code in sorted({401, *codes})}
+
+
+# ---------------------------------------------------------------- base views
+class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """Documents ``Authorization: Bearer mcpt_…`` (an API token with the ``api`` scope)."""
+
+    target_class = "mcptasks.api_auth.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
+        return {"type": "http", "scheme": "bearer",
+                "description": "An API token with the 'api' scope: mcpt_<lookup>_<secret>."}
+
+
+
+class ApiView(APIView):
+    """What every API view shares: authentication (Bearer first, so a missing credential is a
+    401 with a challenge), the one permission class, JSON in and out, problem errors."""
+
+    authentication_classes = [BearerTokenAuthentication, SessionAuthentication]
+    permission_classes = [AccessPermission]
+    parser_classes = [JSONParser]
+    renderer_classes = [JSONRenderer]
+    access_action: Action | None = None
+
+    def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
+        return problem_handler
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # Always JSON: a client's odd Accept header never turns an answer into a 406.
+        return super().perform_content_negotiation(request, force=True)
+
+
+class ApiListView(ApiView, generics.ListAPIView):
+    """A list (GET) with django-filter filters and cursor pagination."""
+
+
+def parse[S: Serializer](serializer_class: type[S], request: Request) -> dict[str, Any]:
+    """Validate the request body; invalid input is a 422 naming the field."""
+    data = request.data
+    if not isinstance(data, dict):
+        raise Unprocessable({"non_field_errors": ["The body must be a JSON object."]})
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def actor_of(request: Request, task: Task | None = None) -> Actor:
+    """The audit actor of an API request: ``operator`` when the user acts with operator rights
+    on the task, else ``user`` (dashboard / API)."""
+    user = request.user
+    is_operator = task is not None and bool(access.can(user, Action.FORCE_CANCEL, task))
+    return Actor.for_user(user, kind="operator" if is_operator else "user")
+
+
+def caller_tenant(request: Request, slug: str | None) -> Tenant:
+    """The tenant a request names (404 unless the caller may see it), else the caller's own:
+    the bearer token's tenant, or the only tenant a session user belongs to."""
+    user = request.user
+    if slug:
+        tenant = Tenant.objects.filter(slug=slug).first()
+        if tenant is None or not access.may_see_tenant(user, tenant.pk):
+            raise NotFound(f"Tenant {slug!r} not found.")
+        return tenant
+    if isinstance(request.auth, Principal):
+        return request.auth.tenant
+    tenant_ids = list(access.roles_by_tenant(user))
+    if len(tenant_ids) == 1:
+        return Tenant.objects.get(pk=tenant_ids[0])
+    raise ValidationError({"tenant": ["Name the tenant: the caller belongs to "
+                                      f"{'several tenants' if tenant_ids else 'no tenant'}."]})
+
+
+# ---------------------------------------------------------------- tasks
+def visible_task(request: Request, task_id: str) -> Task:
+    task = queries.get_task(request.user, task_id)
+    if task is None:
+        raise NotFound("Task not found.")
+    return task
+
+
+def task_response(request: Request, task_id: str, code: int = status.HTTP_200_OK) -> Response:
+    """The task's detail as the caller now sees it (after an action: its new state)."""
+    task = visible_task(request, task_id)
+    detail = queries.task_detail(request.user, task)
+    return Response(TaskDetailSerializer(task, context={"viewer": request.user,
+                                                       "detail": detail}).data, status=code)
+
+
+class TaskListView(ApiListView):
+    """The tasks the caller may see, newest first."""
+
+    serializer_class = TaskSummarySerializer
+    filterset_class = TaskFilter
+    pagination_class = TaskPagination
+
+    def get_queryset(self) -> Any:
+        return (access.visible_tasks(self.request.user).select_related("tenant", "principal")
+                .defer(*queries.LIST_DEFERRED))
+
+    @extend_schema(
+        operation_id="tasks_list", tags=["tasks"], summary="List tasks",
+        description="Tasks the caller may see (own tasks, tenant roles, delegations), newest "
+                    "first, with cursor pagination. Filters combine with AND.",
+        responses={200: TaskSummarySerializer(many=True), **problems(403, 422)})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+
+class TaskDetailView(ApiView):
+    access_action = Action.VIEW
+
+    @extend_schema(
+        operation_id="tasks_retrieve", tags=["tasks"], summary="Get a task",
+        description="Binding fields, redacted arguments, input requests, effects, delegations, "
+                    "the audit timeline, and `task`: the MCP DetailedTask this viewer's "
+                    "tasks/get would return.",
+        responses={200: TaskDetailSerializer, **problems(403, 404)})
+    def get(self, request: Request, task_id: str) -> Response:
+        return task_response(request, task_id)
+
+
+class TaskAnswerInputView(ApiView):
+    access_action = Action.ANSWER
+
+    @extend_schema(
+        operation_id="tasks_answer_input", tags=["task actions"],
+        summary="Answer an input request",
+        description="Answers one pending input request (e.g. an operator approval). The answer "
+                    "is validated against the request's schema; separation of duties applies "
+                    "(a requester never answers their own approval gate). Recorded with "
+                    "via=api.",
+        request=AnswerInputSerializer,
+        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 409, 422)})
+    def post(self, request: Request, task_id: str, key: str) -> Response:
+        found = queries.get_input_request(request.user, task_id, key)
+        if found is None:
+            raise NotFound(f"Input request {key!r} not found.")
+        task, input_request = found
+        self.check_object_permissions(request, input_request)
+        data = parse(AnswerInputSerializer, request)
+        if input_request.state != InputState.PENDING:
+            raise Conflict(f"The input request {key!r} is {input_request.state}, not pending.")
+        try:
+            response = validate_response(input_request.method, input_request.params,
+                                         data["response"])
+        except InvalidAnswer as exc:
+            raise ValidationError({"response": [str(exc)]}) from None
+        lifecycle.task_answer_input(task_id=task.pk, key=key, response=response,
+                                    actor=actor_of(request, task), via="api")
+        return task_response(request, task.pk)
+
+
+class TaskCancelView(ApiView):
+    access_action = Action.CANCEL
+
+    @extend_schema(
+        operation_id="tasks_cancel", tags=["task actions"], summary="Request cancellation",
+        description="Records cancel intent; a task that is not running is cancelled at once, "
+                    "a running one at its next safe point. 409 if the task already ended.",
+        request=CancelSerializer,
+        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 409, 422)})
+    def post(self, request: Request, task_id: str) -> Response:
+        task = visible_task(request, task_id)
+        self.check_object_permissions(request, task)
+        data = parse(CancelSerializer, request)
+        if task.is_terminal:
+            raise Conflict(f"The task already ended ({task.state}); a terminal task never "
+                           "changes.")
+        lifecycle.task_request_cancel(task_id=task.pk, actor=actor_of(request, task),
+                                      reason=data["reason"] or "REST API cancel")
+        return task_response(request, task.pk)
+
+
+class TaskForceCancelView(ApiView):
+    access_action = Action.FORCE_CANCEL
+
+    @extend_schema(
+        operation_id="tasks_force_cancel", tags=["task actions"], summary="Force-cancel a task",
+        description="Ends the task now whatever it is doing (operators); an effect in flight "
+                    "becomes unknown and waits for reconciliation. The reason is audited.",
+        request=ForceCancelSerializer,
+        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 409, 422)})
+    def post(self, request: Request, task_id: str) -> Response:
+        task = visible_task(request, task_id)
+        self.check_object_permissions(request, task)
+        data = parse(ForceCancelSerializer, request)
+        lifecycle.task_force_cancel(task_id=task.pk, actor=actor_of(request, task),
+                                    reason=data["reason"])
+        return task_response(request, task.pk)
+
+
+class TaskReconcileEffectView(ApiView):
+    access_action = Action.RECONCILE
+
+    @extend_schema(
+        operation_id="tasks_reconcile_effect", tags=["task actions"],
+        summary="Reconcile an effect whose outcome is unknown",
+        description="applied (with the external reference): the step continues with that "
+                    "outcome; not_applied: the step runs again; fail: the task fails. On a "
+                    "task that already ended it only records what happened. A second decision "
+                    "is a 409.",
+        request=ReconcileSerializer,
+        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 409, 422)})
+    def post(self, request: Request, task_id: str, effect_id: str) -> Response:
+        task = visible_task(request, task_id)
+        effect = (task.effects.filter(pk=int(effect_id)).first()
+                  if effect_id.isdigit() and len(effect_id) < 19 else None)
+        if effect is None:
+            raise NotFound(f"Effect {effect_id} not found on this task.")
+        self.check_object_permissions(request, effect)
+        data = parse(ReconcileSerializer, request)
+        lifecycle.task_reconcile_effect(effect_id=effect.pk, actor=actor_of(request, task),
+                                        decision=data["decision"], note=data["reason"],
+                                        external_ref=data["external_ref"])
+        return task_response(request, task.pk)
+
+
+def _grantee(task: Task, username: str) -> Any:
+    """The user named for a delegation; 422 unless access allows them to receive one."""
+    grantee = get_user_model().objects.filter(username=username).first()
+    decision = access.may_receive_delegation(grantee, task)
+    if not decision:
+        raise ValidationError({"user": [_sentence(decision.reason)]})
+    return grantee
+
+
+class TaskGrantDelegationView(ApiView):
+    access_action = Action.GRANT
+
+    @extend_schema(
+        operation_id="tasks_grant_delegation", tags=["task actions"],
+        summary="Grant a per-task right",
+        description="Names a member of the task's tenant as a viewer (view) or an approver "
+                    "(answer, which includes view) of this one task. Operators; audited.",
+        request=DelegationInputSerializer,
+        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422)})
+    def post(self, request: Request, task_id: str) -> Response:
+        task = visible_task(request, task_id)
+        self.check_object_permissions(request, task)
+        data = parse(DelegationInputSerializer, request)
+        grantee = _grantee(task, data["user"])
+        lifecycle.task_grant_delegation(task_id=task.pk, actor=actor_of(request, task),
+                                        grantee=grantee, delegation=data["delegation"])
+        return task_response(request, task.pk)
+
+
+class TaskRevokeDelegationView(ApiView):
+    access_action = Action.GRANT
+
+    @extend_schema(
+        operation_id="tasks_revoke_delegation", tags=["task actions"],
+        summary="Revoke a per-task right",
+        description="Removes a delegation granted on this task. Operators; audited. 404 if the "
+                    "user does not hold it.",
+        request=DelegationInputSerializer,
+        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422)})
+    def post(self, request: Request, task_id: str) -> Response:
+        task = visible_task(request, task_id)
+        self.check_object_permissions(request, task)
+        data = parse(DelegationInputSerializer, request)
+        held = {(user.get_username(), name) for user, name in access.delegations_of(task)}
+        if (data["user"], data["delegation"]) not in held:
+            raise NotFound(f"{data['user']!r} holds no {data['delegation']} delegation on "
+                           "this task.")
+        grantee = get_user_model().objects.get(username=data["user"])
+        lifecycle.task_grant_delegation(task_id=task.pk, actor=actor_of(request, task),
+                                        grantee=grantee, delegation=data["delegation"],
+                                        revoke=True)
+        return task_response(request, task.pk)
+
+
+# ---------------------------------------------------------------- tokens
+class TokenListView(ApiListView):
+    """API tokens the caller may see: their own, and all of the tenants they administer."""
+
+    serializer_class = TokenSerializer
+    filterset_class = TokenFilter
+    pagination_class = TokenPagination
+
+    def get_queryset(self) -> Any:
+        return access.visible_tokens(self.request.user).select_related("tenant", "user")
+
+    @extend_schema(
+        operation_id="tokens_list", tags=["tokens"], summary="List API tokens",
+        description="The caller's own tokens and every token of the tenants they administer "
+                    "(admins and operators). Secrets are never shown.",
+        responses={200: TokenSerializer(many=True), **problems(403, 422)})
+    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        return super().get(request, *args, **kwargs)
+
+
+class TokenIssueView(ApiView):
+    @extend_schema(
+        operation_id="tokens_issue", tags=["tokens"], summary="Issue an API token",
+        description="Issues a token to the caller in a tenant they administer (the caller's "
+                    "tenant by default). The secret is in this response only. Audited.",
+        request=TokenIssueSerializer,
+        responses={201: IssuedTokenSerializer, **problems(400, 403, 404, 422)})
+    def post(self, request: Request) -> Response:
+        data = parse(TokenIssueSerializer, request)
+        tenant = caller_tenant(request, data.get("tenant"))
+        self.check_object_permissions(request, TokenIssue(tenant_id=tenant.pk, owner=request.user))
+        token, secret = tokens.issue_token(user=request.user, tenant=tenant,
+                                           actor=actor_of(request), name=data["name"],
+                                           scopes=data["scopes"], expires_at=data["expires_at"])
+        token = ApiToken.objects.select_related("tenant", "user").get(pk=token.pk)
+        body = {**TokenSerializer(token).data, "secret": secret}
+        return Response(body, status=status.HTTP_201_CREATED,
+                        headers={"Cache-Control": "no-store"})
+
+
+class TokenRevokeView(ApiView):
+    @extend_schema(
+        operation_id="tokens_revoke", tags=["tokens"], summary="Revoke an API token",
+        description="Revokes a token at once (its owner, or the tenant's admins and operators). "
+                    "Revoking a revoked token changes nothing. Audited.",
+        request=TokenRevokeSerializer,
+        responses={200: TokenSerializer, **problems(400, 403, 404, 422)})
+    def post(self, request: Request, token_id: str) -> Response:
+        token = (access.visible_tokens(request.user).filter(pk=int(token_id)).first()
+                 if token_id.isdigit() and len(token_id) < 19 else None)
+        if token is None:
+            raise NotFound(f"Token {token_id} not found.")
+        self.check_object_permissions(request, token)
+        data = parse(TokenRevokeSerializer, request)
+        token = tokens.revoke_token(token_id=token.pk, actor=actor_of(request),
+                                    reason=data["reason"])
+        return Response(TokenSerializer(token).data)

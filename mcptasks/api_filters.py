@@ -1,0 +1,118 @@
+"""Filters (django-filter) and cursor pagination of the REST API's lists.
+
+The FilterSets only narrow a queryset that access.py already scoped to what the caller may see.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Q, QuerySet
+from rest_framework import pagination
+from rest_framework.exceptions import NotFound, ValidationError
+
+from audit.models import AuditEvent
+from mcptasks.models import ApiToken, Task, TaskState
+from mcptasks.wire import WIRE_STATUS
+
+STATES_BY_STATUS: dict[str, list[str]] = {}
+for _state, _status in WIRE_STATUS.items():
+    STATES_BY_STATUS.setdefault(_status, []).append(str(_state))
+
+
+class TaskFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(
+        choices=TaskState.choices, help_text="Internal state; repeat for several.")
+    status = django_filters.MultipleChoiceFilter(
+        choices=[(status, status) for status in STATES_BY_STATUS], method="filter_status",
+        help_text="MCP wire status; repeat for several.")
+    tool = django_filters.CharFilter(field_name="tool_name", help_text="Tool name.")
+    principal = django_filters.CharFilter(field_name="principal__username",
+                                          help_text="Username of the principal.")
+    tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="Tenant slug.")
+    backend_job_id = django_filters.CharFilter(help_text="The external job id.")
+    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    updated_after = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
+    updated_before = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="lt")
+
+    class Meta:
+        model = Task
+        fields: list[str] = []
+
+    def filter_status(self, queryset: QuerySet[Task], name: str, value: list[str]) -> Any:
+        if not value:
+            return queryset
+        states = [state for status in value for state in STATES_BY_STATUS[status]]
+        return queryset.filter(state__in=states)
+
+
+class AuditEventFilter(django_filters.FilterSet):
+    chain = django_filters.CharFilter(help_text='"tenant:<slug>" or "system".')
+    tenant = django_filters.CharFilter(method="filter_tenant", help_text="Tenant slug.")
+    actor = django_filters.CharFilter(method="filter_actor",
+                                      help_text="A user id or display name.")
+    actor_kind = django_filters.CharFilter(help_text="principal, user, operator or system.")
+    action = django_filters.CharFilter(help_text="e.g. task.created.")
+    task = django_filters.CharFilter(field_name="task_id", help_text="Task id.")
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte",
+                                             help_text="Inclusive.")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt",
+                                             help_text="Exclusive.")
+
+    class Meta:
+        model = AuditEvent
+        fields: list[str] = []
+
+    def filter_tenant(self, queryset: QuerySet[AuditEvent], name: str, value: str) -> Any:
+        return queryset.filter(chain=f"tenant:{value}")
+
+    def filter_actor(self, queryset: QuerySet[AuditEvent], name: str, value: str) -> Any:
+        return queryset.filter(Q(actor_id=value) | Q(actor_display=value))
+
+
+class TokenFilter(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="Tenant slug.")
+    user = django_filters.CharFilter(field_name="user__username", help_text="Owner's username.")
+    active = django_filters.BooleanFilter(method="filter_active",
+                                          help_text="Only tokens that are (not) usable now.")
+
+    class Meta:
+        model = ApiToken
+        fields: list[str] = []
+
+    def filter_active(self, queryset: QuerySet[ApiToken], name: str, value: bool | None) -> Any:
+        from django.utils import timezone
+
+        if value is None:
+            return queryset
+        usable = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True)
+                                                | Q(expires_at__gt=timezone.now()))
+        return queryset.filter(usable) if value else queryset.exclude(usable)
+
+
+class CursorPagination(pagination.CursorPagination):
+    """Stable cursor pages; a malformed cursor is invalid input (422), not a missing page."""
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+    def decode_cursor(self, request: Any) -> Any:
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError({"cursor": ["Invalid cursor."]}) from None
+
+
+class TaskPagination(CursorPagination):
+    ordering = ("-created_at", "id")
+
+
+class AuditEventPagination(CursorPagination):
+    ordering = ("-id",)
+
+
+class TokenPagination(CursorPagination):
+    ordering = ("-created_at", "id")
