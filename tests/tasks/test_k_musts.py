@@ -418,6 +418,37 @@ def test_K17_twenty_parallel_answers_to_one_key_accept_exactly_one(mcp, start_ta
     assert audit_actions(task_id).count("task.started") == 2
 
 
+def test_K11_parallel_answers_to_different_keys_resume_the_task_once(
+        mcp, start_task, run_jobs):
+    task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
+    responses = {"name": {"action": "accept", "content": {"name": "Ada"}},
+                 "confirm": {"action": "accept", "content": {"confirm": False}}}
+    barrier = threading.Barrier(len(responses))
+    acks: list[dict[str, Any]] = []
+
+    def answer(key: str) -> None:
+        client = McpClient(mcp.token)
+        barrier.wait()
+        acks.append(client.call("tasks/update", {"taskId": task_id, "inputResponses": {
+            key: responses[key]}}).result)
+
+    threads = [threading.Thread(target=answer, args=(key,)) for key in responses]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for ack in acks:
+        assert_ack(ack)
+    assert Task.objects.get(pk=task_id).state == TaskState.QUEUED
+    assert audit_actions(task_id).count("task.input_answered") == 2
+    run_jobs()
+    got = get_task(mcp, task_id)
+    assert got["status"] == "completed"
+    assert got["result"]["structuredContent"] == {"name": {"name": "Ada"},
+                                                  "confirm": {"confirm": False}}
+    assert audit_actions(task_id).count("task.started") == 2  # resumed exactly once
+
+
 def test_K19_input_request_keys_are_never_reused_in_a_tasks_life(mcp, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
     mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
