@@ -44,7 +44,11 @@ def test_T1_single_endpoint_accepts_post(checked: CheckedClient, cast) -> None:
     for path in ("/mcp/", "/mcp/tools", "/api/mcp"):
         exchange = asgi_request(mcp_headers("tools/list", token=cast["alice"]["token"]), body,
                                 path=path)
-        assert exchange.status in (403, 404), (path, exchange.status)
+        # Django answers (404, or a redirect to https in production): never JSON-RPC
+        assert exchange.status != 200, (path, exchange.status)
+        raw = b"".join(m.get("body", b"") for m in exchange.messages
+                       if m["type"] == "http.response.body")
+        assert b"jsonrpc" not in raw, (path, raw[:200])
 
 
 def test_T1_get_and_delete_are_405_with_allow_post(checked: CheckedClient) -> None:
