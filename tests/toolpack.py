@@ -427,3 +427,10 @@ def ask_with_timeout_answer(ctx: ToolContext) -> str:
     """Ask once; a timed-out wait is handed back to the tool as an answer."""
     answer = ctx.ask("go", "Go?", {"type": "object", "properties": {"go": {"type": "boolean"}}})
     return answer.action
+@tool(policy="sync")
+def secret_question(ctx: ToolContext) -> str:
+    """Breaks the form rule (issue 3 tests): asks for a password in a form elicitation."""
+    ctx.ask("login", "Log in to the registry",
+            {"type": "object", "properties": {"username": {"type": "string"},
+                                              "password": {"type": "string"}}})
+    return "unreachable"

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from django.utils import timezone
 
+from audit.redact import is_sensitive_key
 from mcptasks.tools.answers import InvalidAnswer, validate_response
 from mcptasks.tools.context import (
     ELICIT,
@@ -134,6 +135,12 @@ class InlineContext(ToolContext):
         for key, question in questions.items():
             if question.audience != "client" or question.forbid_self_approval:
                 raise TaskRequired(key)
+            secret = [name for name in (question.schema.get("properties") or {})
+                      if is_sensitive_key(name)]
+            if secret:
+                raise ToolDefinitionError(
+                    f"question {key!r} asks for {', '.join(secret)} in a form: form "
+                    "elicitation must never request secrets (PROTOCOL §3.4)")
         self._need_form_elicitation()
         answered = self._gather({k: {"method": ELICIT, "params": q.params()}
                                  for k, q in questions.items()})

@@ -309,6 +309,6 @@ def test_arguments_beyond_interoperable_integers_are_invalid_params(token: str, 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "-1e999"])
 def test_non_json_numbers_are_parse_errors(token: str, literal: str) -> None:
     body = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"routed",'
-            '"arguments":{"count":%s},"_meta":%s}}' % (literal, json.dumps(meta())))
+            '"arguments":{"count":' + literal + '},"_meta":' + json.dumps(meta()) + "}}")
     exchange = send(headers_for(token, "tools/call", {"name": "routed"}), body.encode())
     assert exchange.status == 400 and exchange.body["error"]["code"] == -32700

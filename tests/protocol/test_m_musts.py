@@ -220,6 +220,13 @@ def test_M12_nothing_is_stored_while_waiting_for_an_answer(checked: CheckedClien
 
 
 # ---------------------------------------------------------------- M13 / M14
+def test_M13_a_form_asking_for_a_secret_is_never_sent(checked: CheckedClient) -> None:
+    reply = checked.call("tools/call", {"name": "secret_question"})
+    error = error_of(reply, -32603)
+    assert "password" in error["message"] and "secret" in error["message"]
+    assert "inputRequests" not in reply.body.get("result", {})
+
+
 def test_M13_M14_published_questions_are_form_mode(checked: CheckedClient) -> None:
     for name in ("mrtr_confirm_then_apply", "mrtr_two_rounds_then_apply",
                  "confirm_before_task"):
