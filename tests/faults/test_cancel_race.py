@@ -1,7 +1,7 @@
 """tasks/cancel at random offsets around completion (issue 5): the final state is exactly one of
 completed / cancelled, agrees with the audit trail, and never changes after.
 
-CI runs ``MCPTASKS_FAULT_CANCELS`` cancels (default 60); the issue's full count is 200.
+CI runs ``MCPTASKS_FAULT_CANCELS`` cancels (default 40); the issue's full count is 200.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.faults.harness import LEASE_S, SWEEP_S, wait_for
 pytestmark = [pytest.mark.live, pytest.mark.pg, pytest.mark.redis,
               pytest.mark.django_db(transaction=True)]
 
-CANCELS = int(os.environ.get("MCPTASKS_FAULT_CANCELS", "60"))
+CANCELS = int(os.environ.get("MCPTASKS_FAULT_CANCELS", "40"))
 WAVE = 10
 ARGUMENTS = {"steps": 2, "sleep_s": 0.05, "work_s": 0.05}
 
@@ -43,7 +43,7 @@ def test_cancel_around_completion_ends_in_exactly_one_state(
     started = time.monotonic()
     # Learn how long the tool takes here, under WAVE-fold load, so offsets straddle completion.
     typical = checks.percentile([_run_one(fault_tasks) for _ in range(3)], 0.5)
-    window = 1.5 * typical * WAVE / 2
+    window = typical * WAVE / 2
     rng = random.Random(os.environ.get("MCPTASKS_FAULT_SEED", "5"))
     actor = Actor.for_user(users["alice"], kind="principal")
     acknowledged: dict[str, str] = {}  # task → state tasks/cancel answered with

@@ -1,6 +1,6 @@
 """Two workers, many tasks of a multi-step tool (issue 5): every step executed exactly once.
 
-CI runs ``MCPTASKS_FAULT_TASKS`` tasks (default 100); the issue's full count is 500
+CI runs ``MCPTASKS_FAULT_TASKS`` tasks (default 60); the issue's full count is 500
 (``MCPTASKS_FAULT_TASKS=500``).
 """
 
@@ -19,7 +19,7 @@ from tests.faults.harness import wait_for
 pytestmark = [pytest.mark.live, pytest.mark.pg, pytest.mark.redis,
               pytest.mark.django_db(transaction=True)]
 
-TASKS = int(os.environ.get("MCPTASKS_FAULT_TASKS", "100"))
+TASKS = int(os.environ.get("MCPTASKS_FAULT_TASKS", "60"))
 STEPS = 3
 
 

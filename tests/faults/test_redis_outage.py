@@ -3,7 +3,7 @@ duplicated, and the deliveries Redis lost are recovered by the sweeps.
 
 The broker is a private redis-server without persistence, crashed with SIGKILL: every message
 queued in it (run and wake jobs, ETA timers) is gone when it comes back empty. CI runs
-``MCPTASKS_FAULT_OUTAGE_TASKS`` tasks (default 60) and an outage of
+``MCPTASKS_FAULT_OUTAGE_TASKS`` tasks (default 40) and an outage of
 ``MCPTASKS_FAULT_OUTAGE_S`` seconds (default 8); the issue's full run is 200 tasks and 30 s.
 """
 
@@ -22,7 +22,7 @@ from tests.faults.harness import wait_for
 pytestmark = [pytest.mark.live, pytest.mark.pg, pytest.mark.redis,
               pytest.mark.django_db(transaction=True)]
 
-TASKS = int(os.environ.get("MCPTASKS_FAULT_OUTAGE_TASKS", "60"))
+TASKS = int(os.environ.get("MCPTASKS_FAULT_OUTAGE_TASKS", "40"))
 OUTAGE_S = float(os.environ.get("MCPTASKS_FAULT_OUTAGE_S", "8"))
 DURING = 5  # tasks created while Redis is down: their first delivery fails
 STEPS = 3
