@@ -110,19 +110,23 @@ class IsoTimestamp(Func):
 
     output_field = TextField()
 
-    def as_postgresql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    def as_postgresql(self, compiler: Any, connection: Any,
+                      **extra: Any) -> tuple[str, tuple[Any, ...]]:
         sql, params = compiler.compile(self.source_expressions[0])
         utc = f"({sql} AT TIME ZONE 'UTC')"
         return (f"to_char({utc}, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN "
                 f"mod(extract(microseconds FROM {utc})::bigint, 1000000) = 0 THEN '' "
-                f"ELSE to_char({utc}, '.US') END || '+00:00'", [*params, *params, *params])
+                f"ELSE to_char({utc}, '.US') END || '+00:00'", (*params, *params, *params))
 
-    def as_sqlite(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    def as_sqlite(self, compiler: Any, connection: Any,
+                  **extra: Any) -> tuple[str, tuple[Any, ...]]:
         # Django stores SQLite datetimes as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]'.
         sql, params = compiler.compile(self.source_expressions[0])
-        return f"(replace({sql}, ' ', 'T') || '+00:00')", list(params)
+        return f"(replace({sql}, ' ', 'T') || '+00:00')", tuple(params)
 
-    def as_sql(self, compiler: Any, connection: Any, **extra: Any) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler: Any, connection: Any, function: str | None = None,
+               template: str | None = None, arg_joiner: str | None = None,
+               **extra_context: Any) -> tuple[str, tuple[Any, ...]]:
         raise NotSupportedError("audit exports support PostgreSQL and SQLite")
 
 
