@@ -194,3 +194,20 @@ def test_missing_answer_is_asked_again(checked: CheckedClient) -> None:
     assert again["resultType"] == "input_required"
     assert list(again["inputRequests"]) == ["confirm"]
     assert toolpack.PROTOCOL_PROBES["apply"] == 0
+
+
+# ---------------------------------------------------------------- who may answer
+def test_a_question_only_someone_else_may_answer_is_never_asked_inline(
+        checked: CheckedClient) -> None:
+    """An approval gate (operator audience, no self-approval) asked inline would be answered by
+    the caller itself: without the tasks extension the call needs a task (-32021)."""
+    reply = checked.call("tools/call", {"name": "operator_gate"},
+                         capabilities={"elicitation": {}})
+    error = assert_error_response(reply.status, reply.body)
+    assert error["code"] == -32021
+    assert error["data"]["requiredCapabilities"] == {
+        "extensions": {"io.modelcontextprotocol/tasks": {}}}
+    assert not Task.objects.exists()
+    # with the extension it becomes a task, where operators answer it
+    created = checked.call("tools/call", {"name": "operator_gate"}).result
+    assert created["resultType"] == "task"
