@@ -189,7 +189,7 @@ class InboxCounts:
         return self.inputs + self.unknown_effects + self.stuck_cancels
 
 
-INBOX_LIMIT = 200
+INBOX_LIMIT = 50
 
 
 def _stuck_cancels(user: Any, now: datetime | None) -> QuerySet[Task]:

@@ -10,7 +10,6 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from django.utils.timesince import timesince, timeuntil
 
 from mcptasks.models import TaskState
 from mcptasks.wire import WIRE_STATUS
@@ -26,22 +25,30 @@ EFFECT_TONE = {"intended": "info", "applied": "ok", "failed": "bad", "unknown": 
 INPUT_TONE = {"pending": "warn", "answered": "ok", "superseded": "muted", "expired": "muted"}
 
 
+def _relative(seconds: float) -> str:
+    """Roughly how long: "just now", "5 min ago", "in 3 h" (as the page script writes it)."""
+    span = abs(seconds)
+    if span < 45:
+        return "just now" if seconds >= 0 else "in a moment"
+    if span < 3600:
+        text = f"{round(span / 60)} min"
+    elif span < 86_400:
+        text = f"{round(span / 3600)} h"
+    else:
+        text = f"{round(span / 86_400)} d"
+    return f"{text} ago" if seconds >= 0 else f"in {text}"
+
+
 @register.simple_tag
 def reltime(moment: datetime | None) -> SafeString | str:
     """``<time>`` with the relative time as text and the absolute UTC time as its title
     (the page's script keeps the relative text fresh)."""
     if moment is None:
         return "—"
-    now = timezone.now()
-    if abs((now - moment).total_seconds()) < 45:
-        relative = "just now" if moment <= now else "in a moment"
-    elif moment <= now:
-        relative = f"{timesince(moment, now).split(',')[0]} ago"
-    else:
-        relative = f"in {timeuntil(moment, now).split(',')[0]}"
-    absolute = moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    relative = _relative((timezone.now() - moment).total_seconds())
     return format_html('<time datetime="{}" title="{}" data-relative>{}</time>',
-                       moment.isoformat(), absolute, relative.replace("\xa0", " "))
+                       moment.isoformat(), f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+                       relative)
 
 
 @register.simple_tag

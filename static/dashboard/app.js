@@ -209,8 +209,7 @@
     if (s < 45) { return future ? "in a moment" : "just now"; }
     if (s < 3600) { text = Math.round(s / 60) + " min"; }
     else if (s < 86400) { text = Math.round(s / 3600) + " h"; }
-    else if (s < 86400 * 30) { text = Math.round(s / 86400) + " d"; }
-    else { return date.toISOString().slice(0, 10); }
+    else { text = Math.round(s / 86400) + " d"; }
     return future ? "in " + text : text + " ago";
   }
 

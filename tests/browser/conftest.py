@@ -65,14 +65,19 @@ def backend() -> Iterator[Backend]:
 
 @pytest.fixture
 def live_url(transactional_db: None, settings: Any) -> Iterator[str]:
-    """A real server for the browser; its application is built here, after the static-files
-    settings, so that WhiteNoise serves the project's static files from their finders."""
+    """A real server for the browser; its application is built here, after the settings it
+    reads when built (WhiteNoise serving the static files from their finders, no HTTPS
+    redirect)."""
     from django.core.handlers.asgi import ASGIHandler
 
     from mcptasks.protocol.app import build_application
 
     settings.WHITENOISE_USE_FINDERS = True
     settings.WHITENOISE_AUTOREFRESH = False
+    # Plain HTTP on the loopback: no redirect to HTTPS, cookies without the Secure flag.
+    settings.SECURE_SSL_REDIRECT = False
+    settings.SESSION_COOKIE_SECURE = False
+    settings.CSRF_COOKIE_SECURE = False
     with serving(build_application(ASGIHandler())) as url:
         yield url
 

@@ -22,6 +22,13 @@ APPROVAL_SCHEMA = {
 }
 
 
+@pytest.fixture(autouse=True)
+def plain_http(settings: Any) -> None:
+    """These requests come over plain HTTP: with DATABASE_URL set the settings are the
+    production ones, whose HTTPS redirect would answer every request with a 301."""
+    settings.SECURE_SSL_REDIRECT = False
+
+
 @pytest.fixture
 def client_for(users: dict[str, Any]) -> Callable[[str], Client]:
     """``client_for("olga")`` → a test client signed in as olga (one per name)."""
