@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from datetime import datetime
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 from django.db import transaction
@@ -51,6 +51,22 @@ def remember_loop(loop: asyncio.AbstractEventLoop) -> None:
         _server_loop = loop
 
 
+_sender: asyncio.AbstractEventLoop | None = None
+_sender_lock = threading.Lock()
+
+
+def _sender_loop() -> asyncio.AbstractEventLoop:
+    """A daemon thread's event loop for channel-layer sends from synchronous code."""
+    global _sender
+    with _sender_lock:
+        if _sender is None or _sender.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="mcptasks-broadcast",
+                             daemon=True).start()
+            _sender = loop
+    return _sender
+
+
 def broadcast(task_id: str, tenant_id: int, version: int) -> None:
     """Send ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` now."""
     layer = get_channel_layer()
@@ -78,7 +94,9 @@ def broadcast(task_id: str, tenant_id: int, version: int) -> None:
             else:
                 asyncio.run_coroutine_threadsafe(send_all(), loop)
         else:
-            async_to_sync(send_all)()
+            # One long-lived loop per process sends for every thread: no loop and no Redis
+            # connection set up per broadcast.
+            asyncio.run_coroutine_threadsafe(send_all(), _sender_loop())
     except Exception:
         # At most once by design: streams catch up from the database.
         log.warning("broadcast failed", exc_info=True, extra={"task_id": task_id})

@@ -52,6 +52,28 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily(
             "mcptasks_reconciliation_backlog", "Effects whose outcome is unknown",
             value=Effect.objects.filter(state=EffectState.UNKNOWN).count())
+        loop_tasks = _event_loop_tasks()
+        if loop_tasks is not None:
+            yield GaugeMetricFamily("mcptasks_event_loop_tasks",
+                                    "asyncio tasks on this process's server loop",
+                                    value=loop_tasks)
+
+
+def _event_loop_tasks() -> int | None:
+    """Tasks alive on the server loop of this process (a leak check for streams)."""
+    import asyncio
+
+    from mcptasks import events
+
+    loop = events._server_loop
+    if loop is None or loop.is_closed():
+        return None
+    for _ in range(5):
+        try:
+            return len(asyncio.all_tasks(loop))
+        except RuntimeError:  # the set changed while we counted; read again
+            continue
+    return None
 
 
 def render() -> tuple[bytes, str]:

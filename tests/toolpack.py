@@ -178,6 +178,10 @@ def cancel_probe(ctx: ToolContext, call: str) -> str:
         ctx.sleep("nap", 1)
     elif call == "wait_until":
         ctx.wait_until("ready", lambda: True)
+    elif call == "sample":
+        ctx.sample("llm", [{"role": "user", "content": {"type": "text", "text": "hi"}}])
+    elif call == "roots":
+        ctx.roots("roots")
     REACHED.append("after " + call)
     return "not cancelled"
 
@@ -427,6 +431,20 @@ def ask_with_timeout_answer(ctx: ToolContext) -> str:
     """Ask once; a timed-out wait is handed back to the tool as an answer."""
     answer = ctx.ask("go", "Go?", {"type": "object", "properties": {"go": {"type": "boolean"}}})
     return answer.action
+
+
+@tool(policy="task")
+def many_questions(ctx: ToolContext, count: int = 10) -> str:
+    """Ask `count` questions at once (benchmarks answer them one at a time)."""
+    from mcptasks.tools import Question
+
+    answers = ctx.ask_many({
+        f"q{n}": Question(message=f"Question {n}?",
+                          schema={"type": "object", "properties": {"ok": {"type": "boolean"}}})
+        for n in range(count)})
+    return f"{len(answers)} answered"
+
+
 @tool(policy="sync")
 def secret_question(ctx: ToolContext) -> str:
     """Breaks the form rule (issue 3 tests): asks for a password in a form elicitation."""

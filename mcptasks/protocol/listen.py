@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import close_old_connections
 
@@ -23,6 +23,7 @@ from mcptasks import access, events, metrics
 from mcptasks.models import TERMINAL_STATES, Task
 from mcptasks.protocol.call import META_SUBSCRIPTION, Call
 from mcptasks.protocol.errors import invalid_params
+from mcptasks.protocol.hub import hub
 from mcptasks.protocol.tasks import detailed_for
 
 log = logging.getLogger(__name__)
@@ -88,10 +89,13 @@ class ListenStream:
     async def run(self, receive: Any, send: Any) -> None:
         global open_streams
         user = self.call.principal.user
+        opened = time.monotonic()
         acked = None
         if self.requested is not None:
-            acked = await sync_to_async(_visible_ids, thread_sensitive=False)(
-                user, self.requested)
+            requested = self.requested
+            acked = await hub().fresh(
+                ("visible", user.pk, tuple(requested)), opened,
+                lambda: sync_to_async(_visible_ids, thread_sensitive=False)(user, requested))
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
             (b"x-accel-buffering", b"no")]})
@@ -99,8 +103,8 @@ class ListenStream:
         await send({"type": "http.response.body", "more_body": True, "body": sse({
             "jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
             "params": {"_meta": self._meta(), "notifications": agreed}})})
-        layer = get_channel_layer()
-        channel = await layer.new_channel() if layer is not None else None
+        local = hub()
+        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         groups = [f"task.{task_id}" for task_id in acked or []]
         open_streams += 1
         metrics.LISTEN_STREAMS.inc()
@@ -108,19 +112,17 @@ class ListenStream:
         disconnected = asyncio.Event()
         watcher = asyncio.create_task(self._watch_disconnect(receive, disconnected))
         try:
-            if channel is not None:
-                for group in groups:
-                    await layer.group_add(group, channel)
-            await self._loop(send, user, acked or [], channel, disconnected)
+            for group in groups:
+                await local.subscribe(group, queue)
+            await self._loop(send, user, acked or [], queue, disconnected)
         except (asyncio.CancelledError, OSError):
             pass
         finally:
             open_streams -= 1
             metrics.LISTEN_STREAMS.dec()
             watcher.cancel()
-            if channel is not None:
-                for group in groups:
-                    await layer.group_discard(group, channel)
+            for group in groups:
+                await local.unsubscribe(group, queue)
 
     async def _watch_disconnect(self, receive: Any, disconnected: asyncio.Event) -> None:
         while True:
@@ -129,8 +131,18 @@ class ListenStream:
                 disconnected.set()
                 return
 
-    async def _deliver(self, send: Any, user: Any, task_ids: list[str]) -> None:
-        snapshot = await sync_to_async(_snapshot, thread_sensitive=False)(user, task_ids)
+    async def _deliver(self, send: Any, user: Any, task_ids: list[str],
+                       notified_version: int | None = None, since: float | None = None) -> None:
+        read = sync_to_async(_snapshot, thread_sensitive=False)
+        if notified_version is not None and len(task_ids) == 1:
+            # Every stream of this viewer notified of this version shares one read.
+            snapshot = await hub().shared((user.pk, task_ids[0], notified_version),
+                                          lambda: read(user, task_ids))
+        elif since is not None:
+            snapshot = await hub().fresh(("snapshot", user.pk, tuple(task_ids)), since,
+                                         lambda: read(user, task_ids))
+        else:
+            snapshot = await read(user, task_ids)
         for task_id in task_ids:
             if task_id not in snapshot:
                 self.done.add(task_id)  # purged or no longer visible: nothing more to send
@@ -145,47 +157,37 @@ class ListenStream:
             if terminal:
                 self.done.add(task_id)
 
-    async def _loop(self, send: Any, user: Any, task_ids: list[str], channel: str | None,
-                    disconnected: asyncio.Event) -> None:
-        layer = get_channel_layer()
-        await self._deliver(send, user, task_ids)
+    async def _loop(self, send: Any, user: Any, task_ids: list[str],
+                    queue: asyncio.Queue[dict[str, Any]], disconnected: asyncio.Event) -> None:
+        """Deliver current state, then every newer version the hub reports (broadcasts and
+        its periodic catch-up), until every task is terminal and delivered."""
+        await self._deliver(send, user, task_ids, since=time.monotonic())
         loop = asyncio.get_running_loop()
-        last_catch_up = last_write = loop.time()
+        last_write = loop.time()
         keepalive_s = settings.MCPTASKS_STREAM_KEEPALIVE_S
-        catch_up_s = settings.MCPTASKS_STREAM_CATCH_UP_S
-        while not disconnected.is_set():
-            if task_ids and self.done >= set(task_ids):
-                await send({"type": "http.response.body", "more_body": False, "body": sse({
-                    "jsonrpc": "2.0", "id": self.call.id,
-                    "result": {"resultType": "complete", "_meta": self._meta()}})})
-                return
-            wait = min(keepalive_s - (loop.time() - last_write),
-                       catch_up_s - (loop.time() - last_catch_up))
-            changed: list[str] = []
-            if channel is not None:
-                receiving = asyncio.ensure_future(layer.receive(channel))
-                stop = asyncio.ensure_future(disconnected.wait())
-                finished, _ = await asyncio.wait({receiving, stop}, timeout=max(wait, 0.01),
-                                                 return_when=asyncio.FIRST_COMPLETED)
-                stop.cancel()
+        stop = asyncio.ensure_future(disconnected.wait())
+        try:
+            while not disconnected.is_set():
+                if task_ids and self.done >= set(task_ids):
+                    await send({"type": "http.response.body", "more_body": False, "body": sse({
+                        "jsonrpc": "2.0", "id": self.call.id,
+                        "result": {"resultType": "complete", "_meta": self._meta()}})})
+                    return
+                receiving = asyncio.ensure_future(queue.get())
+                finished, _ = await asyncio.wait(
+                    {receiving, stop}, timeout=max(keepalive_s - (loop.time() - last_write), 0.01),
+                    return_when=asyncio.FIRST_COMPLETED)
                 if receiving in finished:
                     message = receiving.result()
-                    task_id = message.get("task_id")
-                    if task_id in task_ids and message.get("version", 0) > \
-                            self.sent_versions.get(task_id, 0):
-                        changed.append(task_id)
-                else:
-                    receiving.cancel()
-            else:
-                await asyncio.sleep(max(wait, 0.01))
-            now = loop.time()
-            if now - last_catch_up >= catch_up_s:
-                changed = [t for t in task_ids if t not in self.done]
-                last_catch_up = now
-            if changed:
-                await self._deliver(send, user, changed)
-                last_write = loop.time()
-            elif now - last_write >= keepalive_s:
-                await send({"type": "http.response.body", "more_body": True,
-                            "body": b": keep-alive\n\n"})
-                last_write = now
+                    task_id, version = message.get("task_id"), message.get("version", 0)
+                    if task_id in task_ids and version > self.sent_versions.get(task_id, 0):
+                        await self._deliver(send, user, [task_id], notified_version=version)
+                        last_write = loop.time()
+                    continue
+                receiving.cancel()
+                if loop.time() - last_write >= keepalive_s:
+                    await send({"type": "http.response.body", "more_body": True,
+                                "body": b": keep-alive\n\n"})
+                    last_write = loop.time()
+        finally:
+            stop.cancel()
