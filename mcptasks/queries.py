@@ -167,11 +167,13 @@ def tool_names() -> list[str]:
 # ---------------------------------------------------------------- inbox
 @dataclass
 class Inbox:
-    """Everything waiting on one user."""
+    """Everything waiting on one user: at most :data:`INBOX_LIMIT` of each kind, oldest first;
+    ``more`` names the kinds that have more."""
 
     inputs: list[InputRequest] = field(default_factory=list)
     unknown_effects: list[Effect] = field(default_factory=list)
     stuck_cancels: list[Task] = field(default_factory=list)
+    more: frozenset[str] = frozenset()
 
     @property
     def total(self) -> int:
@@ -204,15 +206,18 @@ def inbox(user: Any, *, now: datetime | None = None) -> Inbox:
     inputs = list(access.answerable_inputs(user)
                   .select_related("task", "task__principal", "tenant")
                   .defer(*(f"task__{name}" for name in LIST_DEFERRED))
-                  .order_by("created_at", "pk")[:INBOX_LIMIT])
+                  .order_by("created_at", "pk")[:INBOX_LIMIT + 1])
     effects = list(access.reconcilable_effects(user)
                    .select_related("task", "task__principal", "tenant")
                    .defer("result", *(f"task__{name}" for name in LIST_DEFERRED))
-                   .order_by("updated_at", "pk")[:INBOX_LIMIT])
+                   .order_by("updated_at", "pk")[:INBOX_LIMIT + 1])
     stuck = list(_stuck_cancels(user, now).select_related("tenant", "principal",
                                                           "cancel_requested_by")
-                 .defer(*LIST_DEFERRED).order_by("cancel_requested_at")[:INBOX_LIMIT])
-    return Inbox(inputs=inputs, unknown_effects=effects, stuck_cancels=stuck)
+                 .defer(*LIST_DEFERRED).order_by("cancel_requested_at")[:INBOX_LIMIT + 1])
+    found = {"inputs": inputs, "unknown_effects": effects, "stuck_cancels": stuck}
+    return Inbox(inputs=inputs[:INBOX_LIMIT], unknown_effects=effects[:INBOX_LIMIT],
+                 stuck_cancels=stuck[:INBOX_LIMIT],
+                 more=frozenset(kind for kind, rows in found.items() if len(rows) > INBOX_LIMIT))
 
 
 def inbox_counts(user: Any, *, now: datetime | None = None) -> InboxCounts:

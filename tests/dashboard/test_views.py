@@ -111,6 +111,19 @@ def test_operator_inbox_lists_approvals_unknown_effects_and_stuck_cancels(
     assert 'data-total="3"' in page_text(counts)
 
 
+def test_inbox_shows_the_oldest_items_and_says_there_are_more(cast, client_for, awaiting,
+                                                             monkeypatch):
+    from mcptasks import queries
+
+    monkeypatch.setattr(queries, "INBOX_LIMIT", 2)
+    made = [awaiting("alice").pk for _ in range(3)]
+    response = client_for("olga").get(reverse("dashboard:inbox"))
+    inbox = response.context["inbox"]
+    assert [r.task_id for r in inbox.inputs] == made[:2] and inbox.more == {"inputs"}
+    assert '<span class="pill">2+</span>' in page_text(response)
+    assert 'data-total="3"' in page_text(response)  # the badge counts them all
+
+
 def test_requester_and_other_members_do_not_get_the_approval_in_their_inbox(
         cast, client_for, awaiting, unknown_effect):
     awaiting("alice")
