@@ -94,6 +94,15 @@ def test_operator_approves_a_production_deploy_and_everything_updates_live(
     shoot(tasks, "tasks")
     shoot(detail, "task-detail")
 
+    # The filters apply in place (htmx) and keep the URL shareable.
+    tasks.evaluate("window.__sameDocument = true")
+    tasks.locator("#id_state").select_option("failed")
+    expect(tasks.locator("#task-results")).to_contain_text("No tasks match")
+    assert "state=failed" in tasks.url
+    tasks.locator("#id_state").select_option("completed")
+    expect(row(tasks, task_id)).to_be_visible()
+    assert tasks.evaluate("window.__sameDocument") is True
+
     phone = sign_in("olga", width=390)
     shoot(phone.page, "inbox-phone")
     phone.page.goto(f"/tasks/{task_id}/")

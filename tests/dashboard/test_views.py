@@ -57,7 +57,8 @@ def test_login_and_logout_with_the_cast_credentials(cast):
     assert inbox.status_code == 200 and "olga" in page_text(inbox)
     assert client.post(reverse("dashboard:logout")).status_code == 403  # no CSRF token
     token = client.cookies["csrftoken"].value
-    client.post(reverse("dashboard:logout"), {"csrfmiddlewaretoken": token})
+    response = client.post(reverse("dashboard:logout"), {"csrfmiddlewaretoken": token})
+    assert response["Location"] == reverse("dashboard:login")
     assert client.get(reverse("dashboard:inbox")).status_code == 302
 
 
