@@ -29,7 +29,15 @@ from audit import signing
 from audit.chain import SYSTEM_CHAIN, chain_for_tenant
 from audit.export import ExportFilters, ExportStream, finish_export
 from mcptasks import access
-from mcptasks.api import ApiListView, ApiView, actor_of, caller_tenant, parse, problems
+from mcptasks.api import (
+    ApiListView,
+    ApiView,
+    actor_of,
+    caller_tenant,
+    list_schema,
+    parse,
+    problems,
+)
 from mcptasks.api_filters import AuditEventFilter, AuditEventPagination
 from mcptasks.api_permissions import READ_AUDIT, AuditScope
 from mcptasks.api_serializers import (
@@ -44,6 +52,11 @@ ALL_CHAINS = "*"
 MEDIA_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv; charset=utf-8"}
 
 
+@list_schema(
+    "audit_events_list", "audit", "List audit events",
+    "Events of the chains the caller reads (auditors, admins and operators of a tenant; staff "
+    "operators read every chain), newest first, redacted when recorded, with their hash-chain "
+    "fields.", AuditEventSerializer)
 class AuditEventListView(ApiListView):
     """Audit events of the chains the caller may read, newest first."""
 
@@ -54,15 +67,6 @@ class AuditEventListView(ApiListView):
 
     def get_queryset(self) -> Any:
         return access.visible_audit_events(self.request.user)
-
-    @extend_schema(
-        operation_id="audit_events_list", tags=["audit"], summary="List audit events",
-        description="Events of the chains the caller reads (auditors, admins and operators "
-                    "of a tenant; staff operators read every chain), newest first, redacted "
-                    "when recorded, with their hash-chain fields.",
-        responses={200: AuditEventSerializer(many=True), **problems(403, 422)})
-    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().get(request, *args, **kwargs)
 
 
 def _scope(request: Request, data: dict[str, Any]) -> tuple[str, AuditScope]:

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import APIException, NotFound, ValidationError
@@ -49,7 +49,7 @@ from mcptasks.api_serializers import (
     TokenSerializer,
 )
 from mcptasks.auth import Principal
-from mcptasks.models import ApiToken, InputState, Task, Tenant
+from mcptasks.models import ApiToken, Effect, InputRequest, InputState, Task, Tenant
 from mcptasks.tools.answers import InvalidAnswer, validate_response
 
 
@@ -150,6 +150,11 @@ class ApiView(APIView):
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         return problem_handler
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        if any("\x00" in str(value) for value in kwargs.values()):
+            raise NotFound("Not found.")  # no object's id or key holds a NUL character
+
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         # Always JSON: a client's odd Accept header never turns an answer into a 406.
         return super().perform_content_negotiation(request, force=True)
@@ -159,14 +164,56 @@ class ApiListView(ApiView, generics.ListAPIView):
     """A list (GET) with django-filter filters and cursor pagination."""
 
 
+def list_schema(operation_id: str, tag: str, summary: str, description: str,
+                serializer: type[Serializer]) -> Any:
+    """The OpenAPI description of a list (a page of ``serializer`` rows)."""
+    return extend_schema_view(get=extend_schema(
+        operation_id=operation_id, tags=[tag], summary=summary, description=description,
+        responses={200: serializer(many=True), **problems(403, 422)}))
+
+
 def parse[S: Serializer](serializer_class: type[S], request: Request) -> dict[str, Any]:
     """Validate the request body; invalid input is a 422 naming the field."""
     data = request.data
     if not isinstance(data, dict):
         raise Unprocessable({"non_field_errors": ["The body must be a JSON object."]})
+    unstorable = _unstorable_text(data)
+    if unstorable is not None:
+        raise Unprocessable({unstorable or "non_field_errors": [
+            "Text must be valid Unicode without NUL characters."]})
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+def _unstorable_text(value: Any, path: str = "") -> str | None:
+    """Where ``value`` holds text no database stores (a NUL character, a lone surrogate from a
+    JSON escape), as a dotted path; None if nowhere."""
+    if isinstance(value, str):
+        if "\x00" in value or (not value.isascii() and not _encodes(value)):
+            return path
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            found = _unstorable_text(key, where)
+            found = found if found is not None else _unstorable_text(item, where)
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _unstorable_text(item, f"{path}.{index}" if path else str(index))
+            if found is not None:
+                return found
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def actor_of(request: Request, task: Task | None = None) -> Actor:
@@ -211,6 +258,10 @@ def task_response(request: Request, task_id: str, code: int = status.HTTP_200_OK
                                                        "detail": detail}).data, status=code)
 
 
+@list_schema(
+    "tasks_list", "tasks", "List tasks",
+    "Tasks the caller may see (own tasks, tenant roles, delegations), newest first, with "
+    "cursor pagination. Filters combine with AND.", TaskSummarySerializer)
 class TaskListView(ApiListView):
     """The tasks the caller may see, newest first."""
 
@@ -221,14 +272,6 @@ class TaskListView(ApiListView):
     def get_queryset(self) -> Any:
         return (access.visible_tasks(self.request.user).select_related("tenant", "principal")
                 .defer(*queries.LIST_DEFERRED))
-
-    @extend_schema(
-        operation_id="tasks_list", tags=["tasks"], summary="List tasks",
-        description="Tasks the caller may see (own tasks, tenant roles, delegations), newest "
-                    "first, with cursor pagination. Filters combine with AND.",
-        responses={200: TaskSummarySerializer(many=True), **problems(403, 422)})
-    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().get(request, *args, **kwargs)
 
 
 class TaskDetailView(ApiView):
@@ -244,157 +287,161 @@ class TaskDetailView(ApiView):
         return task_response(request, task_id)
 
 
-class TaskAnswerInputView(ApiView):
-    access_action = Action.ANSWER
+class TaskActionView(ApiView):
+    """``POST /tasks/{task_id}/…``: one lifecycle verb on one task.
 
-    @extend_schema(
-        operation_id="tasks_answer_input", tags=["task actions"],
-        summary="Answer an input request",
-        description="Answers one pending input request (e.g. an operator approval). The answer "
-                    "is validated against the request's schema; separation of duties applies "
-                    "(a requester never answers their own approval gate). Recorded with "
-                    "via=api.",
-        request=AnswerInputSerializer,
-        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 409, 422)})
-    def post(self, request: Request, task_id: str, key: str) -> Response:
-        found = queries.get_input_request(request.user, task_id, key)
-        if found is None:
-            raise NotFound(f"Input request {key!r} not found.")
-        task, input_request = found
-        self.check_object_permissions(request, input_request)
-        data = parse(AnswerInputSerializer, request)
-        if input_request.state != InputState.PENDING:
-            raise Conflict(f"The input request {key!r} is {input_request.state}, not pending.")
-        try:
-            response = validate_response(input_request.method, input_request.params,
-                                         data["response"])
-        except InvalidAnswer as exc:
-            raise ValidationError({"response": [str(exc)]}) from None
-        lifecycle.task_answer_input(task_id=task.pk, key=key, response=response,
-                                    actor=actor_of(request, task), via="api")
+    Finds the task (404 unless the caller sees it) and the object the action targets (the task,
+    one of its input requests or effects: 404 if it has none such), authorizes that (403 with
+    access's reason), parses the body (422), acts (409 when lifecycle refuses the move), and
+    answers the task's detail as it now is. A subclass names its ``access_action`` and
+    ``input_serializer`` and writes :meth:`act` (and :meth:`target`, if not the task).
+    """
+
+    input_serializer: type[Serializer]
+
+    def target(self, task: Task, **kwargs: str) -> Any:
+        return task
+
+    def act(self, request: Request, task: Task, target: Any, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def post(self, request: Request, task_id: str, **kwargs: str) -> Response:
+        task = visible_task(request, task_id)
+        target = self.target(task, **kwargs)
+        self.check_object_permissions(request, target)
+        self.act(request, task, target, parse(self.input_serializer, request))
         return task_response(request, task.pk)
 
 
-class TaskCancelView(ApiView):
-    access_action = Action.CANCEL
+def action_schema(operation_id: str, summary: str, description: str, request: type[Serializer],
+                  *codes: int) -> Any:
+    """The OpenAPI description of a task action (its answer is the task's detail)."""
+    return extend_schema_view(post=extend_schema(
+        operation_id=operation_id, tags=["task actions"], summary=summary,
+        description=description, request=request,
+        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422, *codes)}))
 
-    @extend_schema(
-        operation_id="tasks_cancel", tags=["task actions"], summary="Request cancellation",
-        description="Records cancel intent; a task that is not running is cancelled at once, "
-                    "a running one at its next safe point. 409 if the task already ended.",
-        request=CancelSerializer,
-        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 409, 422)})
-    def post(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
-        self.check_object_permissions(request, task)
-        data = parse(CancelSerializer, request)
+
+@action_schema(
+    "tasks_answer_input", "Answer an input request",
+    "Answers one pending input request (e.g. an operator approval). The answer is validated "
+    "against the request's schema; separation of duties applies (a requester never answers "
+    "their own approval gate). Recorded with via=api.", AnswerInputSerializer, 409)
+class TaskAnswerInputView(TaskActionView):
+    access_action = Action.ANSWER
+    input_serializer = AnswerInputSerializer
+
+    def target(self, task: Task, **kwargs: str) -> InputRequest:
+        input_request = task.input_requests.filter(key=kwargs["key"]).first()
+        if input_request is None:
+            raise NotFound(f"Input request {kwargs['key']!r} not found on this task.")
+        return input_request
+
+    def act(self, request: Request, task: Task, target: InputRequest,
+            data: dict[str, Any]) -> None:
+        if target.state != InputState.PENDING:
+            raise Conflict(f"The input request {target.key!r} is {target.state}, not pending.")
+        try:
+            response = validate_response(target.method, target.params, data["response"])
+        except InvalidAnswer as exc:
+            raise ValidationError({"response": [str(exc)]}) from None
+        lifecycle.task_answer_input(task_id=task.pk, key=target.key, response=response,
+                                    actor=actor_of(request, task), via="api")
+
+
+@action_schema(
+    "tasks_cancel", "Request cancellation",
+    "Records cancel intent; a task that is not running is cancelled at once, a running one at "
+    "its next safe point. 409 if the task already ended.", CancelSerializer, 409)
+class TaskCancelView(TaskActionView):
+    access_action = Action.CANCEL
+    input_serializer = CancelSerializer
+
+    def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
         if task.is_terminal:
             raise Conflict(f"The task already ended ({task.state}); a terminal task never "
                            "changes.")
         lifecycle.task_request_cancel(task_id=task.pk, actor=actor_of(request, task),
                                       reason=data["reason"] or "REST API cancel")
-        return task_response(request, task.pk)
 
 
-class TaskForceCancelView(ApiView):
+@action_schema(
+    "tasks_force_cancel", "Force-cancel a task",
+    "Ends the task now whatever it is doing (operators); an effect in flight becomes unknown "
+    "and waits for reconciliation. The reason is audited.", ForceCancelSerializer, 409)
+class TaskForceCancelView(TaskActionView):
     access_action = Action.FORCE_CANCEL
+    input_serializer = ForceCancelSerializer
 
-    @extend_schema(
-        operation_id="tasks_force_cancel", tags=["task actions"], summary="Force-cancel a task",
-        description="Ends the task now whatever it is doing (operators); an effect in flight "
-                    "becomes unknown and waits for reconciliation. The reason is audited.",
-        request=ForceCancelSerializer,
-        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 409, 422)})
-    def post(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
-        self.check_object_permissions(request, task)
-        data = parse(ForceCancelSerializer, request)
+    def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
         lifecycle.task_force_cancel(task_id=task.pk, actor=actor_of(request, task),
                                     reason=data["reason"])
-        return task_response(request, task.pk)
 
 
-class TaskReconcileEffectView(ApiView):
+@action_schema(
+    "tasks_reconcile_effect", "Reconcile an effect whose outcome is unknown",
+    "applied (with the external reference): the step continues with that outcome; "
+    "not_applied: the step runs again; fail: the task fails. On a task that already ended it "
+    "only records what happened. A second decision is a 409.", ReconcileSerializer, 409)
+class TaskReconcileEffectView(TaskActionView):
     access_action = Action.RECONCILE
+    input_serializer = ReconcileSerializer
 
-    @extend_schema(
-        operation_id="tasks_reconcile_effect", tags=["task actions"],
-        summary="Reconcile an effect whose outcome is unknown",
-        description="applied (with the external reference): the step continues with that "
-                    "outcome; not_applied: the step runs again; fail: the task fails. On a "
-                    "task that already ended it only records what happened. A second decision "
-                    "is a 409.",
-        request=ReconcileSerializer,
-        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 409, 422)})
-    def post(self, request: Request, task_id: str, effect_id: str) -> Response:
-        task = visible_task(request, task_id)
+    def target(self, task: Task, **kwargs: str) -> Effect:
+        effect_id = kwargs["effect_id"]
         effect = (task.effects.filter(pk=int(effect_id)).first()
                   if effect_id.isdigit() and len(effect_id) < 19 else None)
         if effect is None:
             raise NotFound(f"Effect {effect_id} not found on this task.")
-        self.check_object_permissions(request, effect)
-        data = parse(ReconcileSerializer, request)
-        lifecycle.task_reconcile_effect(effect_id=effect.pk, actor=actor_of(request, task),
+        return effect
+
+    def act(self, request: Request, task: Task, target: Effect, data: dict[str, Any]) -> None:
+        lifecycle.task_reconcile_effect(effect_id=target.pk, actor=actor_of(request, task),
                                         decision=data["decision"], note=data["reason"],
                                         external_ref=data["external_ref"])
-        return task_response(request, task.pk)
 
 
-def _grantee(task: Task, username: str) -> Any:
-    """The user named for a delegation; 422 unless access allows them to receive one."""
-    grantee = get_user_model().objects.filter(username=username).first()
-    decision = access.may_receive_delegation(grantee, task)
-    if not decision:
-        raise ValidationError({"user": [_sentence(decision.reason)]})
-    return grantee
-
-
-class TaskGrantDelegationView(ApiView):
+@action_schema(
+    "tasks_grant_delegation", "Grant a per-task right",
+    "Names a member of the task's tenant as a viewer (view) or an approver (answer, which "
+    "includes view) of this one task. Operators; audited.", DelegationInputSerializer)
+class TaskGrantDelegationView(TaskActionView):
     access_action = Action.GRANT
+    input_serializer = DelegationInputSerializer
 
-    @extend_schema(
-        operation_id="tasks_grant_delegation", tags=["task actions"],
-        summary="Grant a per-task right",
-        description="Names a member of the task's tenant as a viewer (view) or an approver "
-                    "(answer, which includes view) of this one task. Operators; audited.",
-        request=DelegationInputSerializer,
-        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422)})
-    def post(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
-        self.check_object_permissions(request, task)
-        data = parse(DelegationInputSerializer, request)
-        grantee = _grantee(task, data["user"])
+    def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
+        grantee = get_user_model().objects.filter(username=data["user"]).first()
+        decision = access.may_receive_delegation(grantee, task)
+        if not decision:
+            raise ValidationError({"user": [_sentence(decision.reason)]})
         lifecycle.task_grant_delegation(task_id=task.pk, actor=actor_of(request, task),
                                         grantee=grantee, delegation=data["delegation"])
-        return task_response(request, task.pk)
 
 
-class TaskRevokeDelegationView(ApiView):
+@action_schema(
+    "tasks_revoke_delegation", "Revoke a per-task right",
+    "Removes a delegation granted on this task. Operators; audited. 404 if the user does not "
+    "hold it.", DelegationInputSerializer)
+class TaskRevokeDelegationView(TaskActionView):
     access_action = Action.GRANT
+    input_serializer = DelegationInputSerializer
 
-    @extend_schema(
-        operation_id="tasks_revoke_delegation", tags=["task actions"],
-        summary="Revoke a per-task right",
-        description="Removes a delegation granted on this task. Operators; audited. 404 if the "
-                    "user does not hold it.",
-        request=DelegationInputSerializer,
-        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422)})
-    def post(self, request: Request, task_id: str) -> Response:
-        task = visible_task(request, task_id)
-        self.check_object_permissions(request, task)
-        data = parse(DelegationInputSerializer, request)
-        held = {(user.get_username(), name) for user, name in access.delegations_of(task)}
-        if (data["user"], data["delegation"]) not in held:
+    def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
+        held = {user.get_username(): user for user, name in access.delegations_of(task)
+                if name == data["delegation"]}
+        if data["user"] not in held:
             raise NotFound(f"{data['user']!r} holds no {data['delegation']} delegation on "
                            "this task.")
-        grantee = get_user_model().objects.get(username=data["user"])
         lifecycle.task_grant_delegation(task_id=task.pk, actor=actor_of(request, task),
-                                        grantee=grantee, delegation=data["delegation"],
-                                        revoke=True)
-        return task_response(request, task.pk)
+                                        grantee=held[data["user"]],
+                                        delegation=data["delegation"], revoke=True)
 
 
 # ---------------------------------------------------------------- tokens
+@list_schema(
+    "tokens_list", "tokens", "List API tokens",
+    "The caller's own tokens and every token of the tenants they administer (admins and "
+    "operators). Secrets are never shown.", TokenSerializer)
 class TokenListView(ApiListView):
     """API tokens the caller may see: their own, and all of the tenants they administer."""
 
@@ -404,14 +451,6 @@ class TokenListView(ApiListView):
 
     def get_queryset(self) -> Any:
         return access.visible_tokens(self.request.user).select_related("tenant", "user")
-
-    @extend_schema(
-        operation_id="tokens_list", tags=["tokens"], summary="List API tokens",
-        description="The caller's own tokens and every token of the tenants they administer "
-                    "(admins and operators). Secrets are never shown.",
-        responses={200: TokenSerializer(many=True), **problems(403, 422)})
-    def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        return super().get(request, *args, **kwargs)
 
 
 class TokenIssueView(ApiView):

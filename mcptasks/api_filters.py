@@ -5,16 +5,41 @@ The FilterSets only narrow a queryset that access.py already scoped to what the 
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import django_filters
+import django_filters.fields
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
-from rest_framework import pagination
-from rest_framework.exceptions import NotFound, ValidationError
+from django.utils import timezone
+from rest_framework import exceptions, pagination
+from rest_framework.exceptions import NotFound
 
+from audit.chain import chain_for_tenant
 from audit.models import AuditEvent
 from mcptasks.models import ApiToken, Task, TaskState
 from mcptasks.wire import WIRE_STATUS
+
+
+class UtcIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 date-time, in UTC. Python accepts offsets up to ±23:59, PostgreSQL only up to
+    ±15:59 (it would fail the query), and a date at the edge of the calendar may not convert:
+    both are invalid input, not server errors."""
+
+    def to_python(self, value: Any) -> Any:
+        parsed = super().to_python(value)
+        if parsed is None or parsed.tzinfo is None:
+            return parsed
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError:
+            raise ValidationError(self.error_messages["invalid"], code="invalid") from None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = UtcIsoDateTimeField
+
 
 STATES_BY_STATUS: dict[str, list[str]] = {}
 for _state, _status in WIRE_STATUS.items():
@@ -32,10 +57,10 @@ class TaskFilter(django_filters.FilterSet):
                                           help_text="Username of the principal.")
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="Tenant slug.")
     backend_job_id = django_filters.CharFilter(help_text="The external job id.")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    updated_after = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
-    updated_before = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="lt")
+    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    updated_after = UtcDateTimeFilter(field_name="updated_at", lookup_expr="gte")
+    updated_before = UtcDateTimeFilter(field_name="updated_at", lookup_expr="lt")
 
     class Meta:
         model = Task
@@ -56,9 +81,9 @@ class AuditEventFilter(django_filters.FilterSet):
     actor_kind = django_filters.CharFilter(help_text="principal, user, operator or system.")
     action = django_filters.CharFilter(help_text="e.g. task.created.")
     task = django_filters.CharFilter(field_name="task_id", help_text="Task id.")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte",
+    since = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte",
                                              help_text="Inclusive.")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt",
+    until = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt",
                                              help_text="Exclusive.")
 
     class Meta:
@@ -66,7 +91,7 @@ class AuditEventFilter(django_filters.FilterSet):
         fields: list[str] = []
 
     def filter_tenant(self, queryset: QuerySet[AuditEvent], name: str, value: str) -> Any:
-        return queryset.filter(chain=f"tenant:{value}")
+        return queryset.filter(chain=chain_for_tenant(value))
 
     def filter_actor(self, queryset: QuerySet[AuditEvent], name: str, value: str) -> Any:
         return queryset.filter(Q(actor_id=value) | Q(actor_display=value))
@@ -83,8 +108,6 @@ class TokenFilter(django_filters.FilterSet):
         fields: list[str] = []
 
     def filter_active(self, queryset: QuerySet[ApiToken], name: str, value: bool | None) -> Any:
-        from django.utils import timezone
-
         if value is None:
             return queryset
         usable = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True)
@@ -103,7 +126,7 @@ class CursorPagination(pagination.CursorPagination):
         try:
             return super().decode_cursor(request)
         except NotFound:
-            raise ValidationError({"cursor": ["Invalid cursor."]}) from None
+            raise exceptions.ValidationError({"cursor": ["Invalid cursor."]}) from None
 
 
 class TaskPagination(CursorPagination):

@@ -41,7 +41,7 @@ class InputRequestWireSerializer(serializers.Serializer):
 
 
 class DetailedTaskSerializer(serializers.Serializer):
-    """The MCP ``DetailedTask`` this viewer's ``tasks/get`` would return (mcptasks.wire)."""
+    """The MCP DetailedTask the caller's tasks/get returns for this task."""
 
     taskId = serializers.CharField()
     status = serializers.ChoiceField(choices=WIRE_STATUSES)
@@ -90,7 +90,9 @@ class InputStateField(serializers.CharField):
 
 
 class InputRequestSerializer(serializers.Serializer):
-    """An input request of a task (a ``queries.InputView``), its answer redacted."""
+    """An input request of the task, its answer redacted."""
+
+    # Renders a queries.InputView (the request, the viewer's decision, the redacted answer).
 
     key = serializers.CharField(source="request.key")
     method = serializers.CharField(source="request.method")
@@ -148,15 +150,21 @@ class ActorSerializer(serializers.Serializer):
     display = serializers.CharField(source="actor_display")
 
 
-class TimelineEventSerializer(serializers.Serializer):
-    """An audit event of the task, oldest first (redacted when recorded)."""
+class AuditEventSerializer(serializers.Serializer):
+    """An audit event, redacted when recorded, with its hash-chain fields."""
 
+    id = serializers.IntegerField()
+    chain = serializers.CharField()
     seq = serializers.IntegerField()
-    at = serializers.DateTimeField(source="created_at")
-    action = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    tenant_id = serializers.IntegerField(allow_null=True)
     actor = ActorSerializer(source="*")
+    action = serializers.CharField()
+    task_id = serializers.CharField()
     data = serializers.JSONField()  # type: ignore[assignment]  # a field, not Serializer.data
     request_id = serializers.CharField()
+    prev_hash = serializers.CharField()
+    hash = serializers.CharField()
 
 
 class CancelIntentSerializer(serializers.Serializer):
@@ -167,8 +175,9 @@ class CancelIntentSerializer(serializers.Serializer):
 
 
 class TaskDetailSerializer(TaskSummarySerializer):
-    """Everything about one task a viewer may see: renders the task of a ``queries.TaskDetail``
-    (context ``detail``) for the viewer (context ``viewer``)."""
+    """Everything about one task the caller may see."""
+
+    # Renders a Task; context: ``viewer`` (the user) and ``detail`` (queries.task_detail).
 
     argument_digest = serializers.CharField()
     server_build = serializers.CharField()
@@ -218,9 +227,9 @@ class TaskDetailSerializer(TaskSummarySerializer):
         pairs = sorted((user.get_username(), name) for user, name in self.detail.delegations)
         return [{"user": username, "delegation": name} for username, name in pairs]
 
-    @extend_schema_field(TimelineEventSerializer(many=True))
+    @extend_schema_field(AuditEventSerializer(many=True))
     def get_timeline(self, task: Task) -> list[Any]:
-        rendered: Any = TimelineEventSerializer(self.detail.timeline, many=True).data
+        rendered: Any = AuditEventSerializer(self.detail.timeline, many=True).data
         return list(rendered)
 
     def get_timeline_truncated(self, task: Task) -> bool:
@@ -272,21 +281,6 @@ class DelegationInputSerializer(serializers.Serializer):
 
 
 # ---------------------------------------------------------------- audit
-class AuditEventSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    chain = serializers.CharField()
-    seq = serializers.IntegerField()
-    created_at = serializers.DateTimeField()
-    tenant_id = serializers.IntegerField(allow_null=True)
-    actor = ActorSerializer(source="*")
-    action = serializers.CharField()
-    task_id = serializers.CharField()
-    data = serializers.JSONField()  # type: ignore[assignment]  # a field, not Serializer.data
-    request_id = serializers.CharField()
-    prev_hash = serializers.CharField()
-    hash = serializers.CharField()
-
-
 class ExportInputSerializer(serializers.Serializer):
     """What to export. The chain defaults to the caller's tenant."""
 

@@ -22,6 +22,13 @@ API_PACK = api_toolpack.__name__
 PROBLEM = "application/problem+json"
 
 
+@pytest.fixture(autouse=True)
+def plain_http(settings: Any) -> None:
+    """Requests of these tests come over plain HTTP: with DATABASE_URL set the settings are the
+    production ones, whose HTTPS redirect would answer every request with a 301."""
+    settings.SECURE_SSL_REDIRECT = False
+
+
 @dataclass
 class Api:
     """A DRF test client that speaks for one cast member with an ``api``-scoped token."""
@@ -84,6 +91,17 @@ def paused_deploy(make_task: Callable[..., Task], fake_cloud: Any) -> Callable[.
         return Task.objects.get(pk=task.pk)
 
     return make
+
+
+def all_pages(client: Any, path: str, **params: Any) -> list[dict[str, Any]]:
+    """Every row of a cursor-paginated list, following ``next`` links."""
+    rows: list[dict[str, Any]] = []
+    page = ok(client.get(path, **params))
+    while True:
+        rows += page["results"]
+        if not page["next"]:
+            return rows
+        page = ok(client.client.get(page["next"]))
 
 
 def problem(response: Any, status: int) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from django.utils import timezone
 from audit.api import HANDLE_SALT
 from audit.export import verify_export
 from audit.models import AuditEvent
-from tests.api.conftest import ok, problem
+from tests.api.conftest import all_pages, ok, problem
 
 pytestmark = pytest.mark.django_db
 EVENTS = "/api/v1/audit/events"
@@ -71,13 +71,7 @@ def test_events_filter_by_chain_tenant_actor_action_task_and_time(api: Any,
 def test_events_page_newest_first_without_repeats(api: Any, make_task: Any) -> None:
     for _ in range(5):
         make_task("alice")
-    carl, seen = api("carl"), []
-    page = ok(carl.get(EVENTS, page_size=2))
-    while True:
-        seen += [row["id"] for row in page["results"]]
-        if not page["next"]:
-            break
-        page = ok(carl.client.get(page["next"]))
+    seen = [row["id"] for row in all_pages(api("carl"), EVENTS, page_size=2)]
     assert seen == sorted(seen, reverse=True) and len(seen) == len(set(seen)) == 5
 
 
@@ -182,3 +176,32 @@ def test_export_handles_are_the_creators_and_cannot_be_forged(api: Any, history:
     other = django_signing.dumps({**payload, "user": history["acme"].principal_id},
                                  salt=HANDLE_SALT, compress=True)
     problem(api("alice").get(f"{EXPORTS}/{other}/file"), 403)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_export_file_streams_chunk_by_chunk_under_asgi(api: Any, history: Any,
+                                                       recwarn: Any) -> None:
+    """Served by the ASGI application (as in production), the file is an async stream: Django
+    never reads a sync iterator whole into memory (it warns when it has to)."""
+    import asyncio
+
+    import httpx
+
+    from mcptasks.asgi import application
+
+    created = export(api("carl"), {"tenant": "acme"})
+    path = created["file"].removeprefix("http://testserver")
+    token = api("carl").client._credentials["HTTP_AUTHORIZATION"]
+
+    async def fetch() -> httpx.Response:
+        transport = httpx.ASGITransport(app=application)
+        async with httpx.AsyncClient(transport=transport,
+                                     base_url="http://127.0.0.1:8000") as client:
+            return await client.get(path, headers={"Authorization": token})
+
+    response = asyncio.run(fetch())
+    assert response.status_code == 200, response.text[:300]
+    assert response.headers["content-type"] == "application/jsonl"
+    assert verify_export(io.BytesIO(response.content), created["manifest"]).ok
+    assert not [w for w in recwarn if "synchronous iterators" in str(w.message)]
+

@@ -85,3 +85,30 @@ def test_unsupported_media_type_is_415(api: Any, make_task: Any) -> None:
 
 def test_wrong_method_is_405(api: Any) -> None:
     problem(api("alice").client.delete(TASKS), 405)
+
+
+# Found by schemathesis on PostgreSQL: inputs Python accepts and the database does not.
+def test_date_time_filters_with_any_offset_are_answered(api: Any, make_task: Any) -> None:
+    make_task("alice")
+    alice = api("alice")
+    # +23:19 is valid ISO 8601 (Python), beyond PostgreSQL's ±15:59: converted to UTC first.
+    assert ok(alice.get(TASKS, created_before="3044-01-08T19:37:29.1+23:19"))["results"]
+    assert ok(alice.get("/api/v1/tokens"))  # and the connection is still usable
+    problem(alice.get(TASKS, created_after="0001-01-01T00:00:00+05:00"), 422)  # before year 1
+    problem(api("carl").get("/api/v1/audit/events", until="9999-12-31T23:59:59-05:00"), 422)
+
+
+def test_nul_characters_never_reach_the_database(api: Any, task_in: Any) -> None:
+    task = task_in("awaiting_operator")
+    olga = api("olga")
+    problem(olga.get(f"{TASKS}/{task.pk}%00"), 404)
+    problem(olga.get(f"{TASKS}/a\x00b"), 404)
+    problem(olga.get(TASKS, tool="echo\x00"), 422)
+    problem(olga.post(f"{TASKS}/{task.pk}/force-cancel", {"reason": "a\x00b"}), 422)
+    answer = f"{TASKS}/{task.pk}/input-requests/approve/answer"
+    # JSON escapes of a NUL and of a lone surrogate: valid JSON, not storable text.
+    for content in ('{"note": "a\\u0000b"}', '{"a\\u0000b": 1}', '{"note": "\\udaf1"}'):
+        raw = f'{{"response": {{"action": "accept", "content": {content}}}}}'
+        body = problem(olga.client.post(answer, raw, content_type="application/json"), 422)
+        assert body["detail"].startswith("Response.content")
+    assert ok(olga.get(f"{TASKS}/{task.pk}"))["input_requests"][0]["state"] == "pending"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -10,9 +11,10 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from mcptasks import lifecycle
+from mcptasks.lifecycle import InputSpec
 from mcptasks.models import InputRequest, Task, TaskState
 from mcptasks.protocol.tasks import detailed_for
-from tests.api.conftest import ok, problem
+from tests.api.conftest import all_pages, ok, problem
 from tests.protocol.conftest import validate
 
 pytestmark = pytest.mark.django_db
@@ -87,14 +89,7 @@ def test_list_pages_with_a_stable_cursor_newest_first(api: Any, make_task: Any) 
     made = [make_task("alice") for _ in range(5)]
     # Two tasks created at the same instant: the id breaks the tie, so none is lost or repeated.
     Task.objects.filter(pk__in=[made[1].pk, made[2].pk]).update(created_at=made[1].created_at)
-    alice = api("alice")
-    seen: list[str] = []
-    page = ok(alice.get(TASKS, page_size=2))
-    while True:
-        seen += [row["id"] for row in page["results"]]
-        if not page["next"]:
-            break
-        page = ok(alice.client.get(page["next"]))
+    seen = [row["id"] for row in all_pages(api("alice"), TASKS, page_size=2)]
     assert sorted(seen) == sorted(task.pk for task in made) and len(seen) == 5
     created = [Task.objects.get(pk=task_id).created_at for task_id in seen]
     assert created == sorted(created, reverse=True)
@@ -183,6 +178,20 @@ def test_answer_is_validated_against_the_request_schema(api: Any, paused_deploy:
             422)
     problem(api("olga").post(answer_path(task.pk, "approval"), {}), 422)
     assert InputRequest.objects.get(task=task, key="approval").state == "pending"
+
+
+def test_secret_answers_are_redacted_in_the_task_detail(api: Any, task_in: Any) -> None:
+    schema = {"type": "object", "properties": {"pin": {"type": "string", "format": "password"},
+                                               "ok": {"type": "boolean"}}}
+    task = task_in("awaiting_operator", requests=[InputSpec(
+        key="unlock", method="elicitation/create", audience="operator",
+        params={"message": "PIN?", "requestedSchema": schema})])
+    answer = {"response": {"action": "accept", "content": {"pin": "4321", "ok": True}}}
+    detail = ok(api("olga").post(f"/api/v1/tasks/{task.pk}/input-requests/unlock/answer",
+                                 answer))
+    (request,) = detail["input_requests"]
+    assert request["response"]["content"] == {"pin": "[REDACTED]", "ok": True}
+    assert "4321" not in json.dumps(detail)
 
 
 def test_second_answer_is_a_conflict(api: Any, paused_deploy: Any) -> None:
