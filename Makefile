@@ -3,7 +3,7 @@ PY := .venv/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt bootstrap migrate conformance clean
+.PHONY: run test lint fmt bootstrap migrate conformance bench clean
 
 bootstrap:
 	@scripts/bootstrap
@@ -33,3 +33,7 @@ clean:
 
 conformance: bootstrap
 	scripts/conformance
+
+bench: bootstrap
+	@command -v hey >/dev/null || (apt-get update -qq && apt-get install -y -qq hey)
+	$(PY) bench/run_all.py

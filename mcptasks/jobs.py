@@ -36,3 +36,12 @@ def revoke_task(task_id: str) -> None:
 @shared_task(name="mcptasks.sweep")
 def sweep() -> dict[str, int]:
     return sweeps.run_all()
+
+
+@shared_task(name="mcptasks.bench_noop")
+def bench_noop() -> None:
+    """A no-op job: the benchmark's floor for Celery's raw drain rate (bench/hot_paths.py)."""
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).incr("mcptasks:bench:noop")

@@ -139,15 +139,15 @@ class McpApplication:
                     headers.get("authorization"))
                 return 202, None, []
             call = self._envelope(message, headers)
-            principal = await sync_to_async(self._authenticate, thread_sensitive=False)(
-                headers.get("authorization"))
-            handler = self._gate(message.method, message.params, call.capabilities)
-            call.principal = principal
-            structlog.contextvars.bind_contextvars(tenant=principal.tenant.slug,
-                                                   principal=principal.user.get_username())
             if message.method == LISTEN:
+                principal = await sync_to_async(self._authenticate, thread_sensitive=False)(
+                    headers.get("authorization"))
+                self._gate(message.method, message.params, call.capabilities)
+                call.principal = principal
                 return ListenStream(call, parse_listen(call))
-            result = await sync_to_async(self._run, thread_sensitive=False)(handler, call)
+            # Authentication, gating and the handler in one hop to a pool thread.
+            result = await sync_to_async(self._serve, thread_sensitive=False)(
+                call, headers.get("authorization"))
         except Throttled as exc:
             metrics.THROTTLED.labels(kind=exc.kind).inc()
             return 429, {"error": "too_many_requests", "error_description": exc.message}, [
@@ -266,8 +266,14 @@ class McpApplication:
                                      f"{method} needs the {TASKS_EXTENSION} extension")
         return handler
 
-    def _run(self, handler: Any, call: Call) -> dict[str, Any]:
+    def _serve(self, call: Call, authorization: str | None) -> dict[str, Any]:
+        """Authenticate (before anything else may run), gate, then run the method handler."""
         try:
-            return handler(call)  # type: ignore[no-any-return]
+            principal = authenticate_bearer(authorization)
+            handler = self._gate(call.method, call.params, call.capabilities)
+            call.principal = principal
+            with structlog.contextvars.bound_contextvars(
+                    tenant=principal.tenant.slug, principal=principal.user.get_username()):
+                return handler(call)  # type: ignore[no-any-return]
         finally:
             close_old_connections()
