@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import heapq
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time, timedelta
+from itertools import islice
 from typing import Any
 
 from django.conf import settings
@@ -24,16 +26,17 @@ from audit.models import AuditEvent
 from audit.redact import redact, redact_text
 from mcptasks import access
 from mcptasks.models import (
-    ACTIVE_STATES,
     Effect,
     InputRequest,
     InputState,
     Task,
     TaskState,
+    Tenant,
 )
 from mcptasks.tools.registry import registry
 
 PAGE_SIZE = 50
+MERGE_TENANTS_MAX = 20
 # A cancel requested this long ago on a task that still runs lands in the operator's inbox.
 STUCK_CANCEL_S = int(getattr(settings, "MCPTASKS_STUCK_CANCEL_S", 60))
 TIMELINE_LIMIT = 500
@@ -124,26 +127,58 @@ def _task_rows(user: Any, filters: TaskFilters) -> QuerySet[Task]:
             .select_related("tenant", "principal").defer(*LIST_DEFERRED))
 
 
+def _listing_parts(user: Any, filters: TaskFilters) -> list[QuerySet[Task]]:
+    """The list's rows as querysets that each walk one index in created order.
+
+    Across several whole tenants one ``tenant IN (…) ORDER BY created`` query would read and
+    sort every task of them; one query per tenant (merged here) reads a page from each tenant's
+    ``(tenant, created)`` index instead — up to :data:`MERGE_TENANTS_MAX` tenants.
+    """
+    if filters.tenant_id is not None:
+        return [_task_rows(user, filters)]
+    seeing = access.tenants_where(user, access.Action.VIEW)
+    tenant_ids = (list(Tenant.objects.order_by("pk").values_list("pk", flat=True))
+                  if seeing is None else seeing)
+    if not 1 < len(tenant_ids) <= MERGE_TENANTS_MAX:
+        return [_task_rows(user, filters)]
+    parts = [_task_rows(user, replace(filters, tenant_id=tenant_id)) for tenant_id in tenant_ids]
+    if seeing is not None:  # the user's own and delegated tasks in other tenants
+        parts.append(_task_rows(user, filters).exclude(tenant_id__in=tenant_ids))
+    return parts
+
+
+def _newest_first(parts: list[QuerySet[Task]], count: int, *, ascending: bool = False
+                  ) -> list[Task]:
+    """The first ``count`` rows of the parts together, in (created, id) order."""
+    ordering = ("created_at", "pk") if ascending else ("-created_at", "-pk")
+    rows = [list(part.order_by(*ordering)[:count]) for part in parts]
+    merged = heapq.merge(*rows, key=lambda task: (task.created_at, task.pk),
+                         reverse=not ascending)
+    return list(islice(merged, count))
+
+
 def task_page(user: Any, filters: TaskFilters, *, older_than: str | None = None,
               newer_than: str | None = None, limit: int = PAGE_SIZE) -> Page:
     """One page of the tasks ``user`` may see, newest first, by keyset on (created, id)."""
-    rows = _task_rows(user, filters)
+    parts = _listing_parts(user, filters)
     after = _task_cursor(older_than)
     before = _task_cursor(newer_than) if after is None else None
     if before is not None:
         created_at, task_id = before
-        found = list(rows.filter(Q(created_at__gte=created_at)
-                                 & (Q(created_at__gt=created_at) | Q(pk__gt=task_id)))
-                     .order_by("created_at", "pk")[:limit + 1])
+        newer = Q(created_at__gte=created_at) & (Q(created_at__gt=created_at)
+                                                 | Q(pk__gt=task_id))
+        found = _newest_first([part.filter(newer) for part in parts], limit + 1,
+                              ascending=True)
         has_more = len(found) > limit
         page = list(reversed(found[:limit]))
         return Page(rows=page, older=_cursor_of(page[-1]) if page else older_than,
                     newer=_cursor_of(page[0]) if page and has_more else None)
     if after is not None:
         created_at, task_id = after
-        rows = rows.filter(Q(created_at__lte=created_at)
-                           & (Q(created_at__lt=created_at) | Q(pk__lt=task_id)))
-    found = list(rows.order_by("-created_at", "-pk")[:limit + 1])
+        older = Q(created_at__lte=created_at) & (Q(created_at__lt=created_at)
+                                                 | Q(pk__lt=task_id))
+        parts = [part.filter(older) for part in parts]
+    found = _newest_first(parts, limit + 1)
     page = found[:limit]
     return Page(rows=page, older=_cursor_of(page[-1]) if len(found) > limit else None,
                 newer=_cursor_of(page[0]) if after is not None and page else None)
@@ -195,9 +230,11 @@ INBOX_LIMIT = 50
 
 
 def _stuck_cancels(user: Any, now: datetime | None) -> QuerySet[Task]:
+    """Running tasks whose cancel intent is older than the threshold (a task in any other
+    state is cancelled at once when intent is recorded, so only running ones can linger)."""
     threshold = (now or timezone.now()) - timedelta(seconds=STUCK_CANCEL_S)
     return (access.tasks_where(user, access.Action.FORCE_CANCEL)
-            .filter(state__in=ACTIVE_STATES, cancel_requested_at__lt=threshold))
+            .filter(state=TaskState.RUNNING, cancel_requested_at__lt=threshold))
 
 
 def inbox(user: Any, *, now: datetime | None = None) -> Inbox:

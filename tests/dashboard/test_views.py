@@ -424,6 +424,43 @@ def test_task_list_pages_with_cursors(cast, client_for, make_task, users):
     assert page.status_code == 200 and len(page.context["page"].rows) == 7
 
 
+def test_all_tenants_list_merges_each_tenants_newest_in_order(cast, make_task, users):
+    from audit.record import Actor
+    from mcptasks import queries
+    from mcptasks.models import Membership, Role, Tenant
+
+    initech = Tenant.objects.create(slug="initech", name="Initech")
+    Membership.objects.create(user=users["carl"], tenant=initech, role=Role.MEMBER)
+    made = []
+    for number in range(7):
+        made.append(make_task("alice" if number % 2 else "bob").pk)
+        if number == 3:  # carl's own task, in a tenant where he is only a member
+            own, _ = lifecycle.task_create(spec=lifecycle.NewTask(
+                tenant_id=initech.pk, principal_id=users["carl"].pk, tool_name="echo_task",
+                arguments={}, policy_revision="test"), actor=Actor.for_user(users["carl"]))
+            made.append(own.pk)
+    newest_first = list(reversed(made))
+    for viewer, expected in (("olga", newest_first), ("carl", newest_first)):
+        seen, cursor = [], None
+        while True:
+            page = queries.task_page(users[viewer], queries.TaskFilters(), older_than=cursor,
+                                     limit=3)
+            seen += [task.pk for task in page.rows]
+            if page.older is None:
+                break
+            cursor = page.older
+        assert seen == expected, viewer
+    back = queries.task_page(users["olga"], queries.TaskFilters(), newer_than=encode(
+        Task.objects.get(pk=newest_first[5])), limit=3)
+    assert [task.pk for task in back.rows] == newest_first[2:5]
+
+
+def encode(task: Task) -> str:
+    from mcptasks.queries import encode_cursor
+
+    return encode_cursor(task.created_at, task.pk)
+
+
 def test_htmx_requests_get_the_results_alone(cast, client_for, make_task):
     make_task("alice")
     response = client_for("olga").get(reverse("dashboard:tasks"), headers={
