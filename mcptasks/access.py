@@ -368,6 +368,19 @@ def may_issue_token(user: Any, *, tenant_id: int, owner: Any) -> Decision:
         return Decision(False, "only the tenant's admins and operators issue tokens")
     if not Membership.objects.filter(user=owner, tenant_id=tenant_id).exists():
         return Decision(False, "a token belongs to a member of its tenant")
+    if owner.pk != user.pk:
+        # A token carries every right of its owner: issuing one for someone else must not give
+        # the issuer rights they do not hold themselves.
+        if owner.is_staff or owner.is_superuser:
+            return Decision(False, "tokens of staff users are issued by those users themselves")
+        issuer_roles = roles_by_tenant(user)
+        for owner_tenant, roles in roles_by_tenant(owner).items():
+            if tenants is not None and owner_tenant not in tenants:
+                return Decision(False, "the owner belongs to a tenant the issuer does not "
+                                       "administer")
+            held = issuer_roles.get(owner_tenant, set()) | {Role.MEMBER}
+            if tenants is not None and not set(roles) <= held:
+                return Decision(False, "the token would carry roles the issuer does not hold")
     return ALLOW
 
 

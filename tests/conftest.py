@@ -15,6 +15,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
     # Fast test settings: a cheap password hasher (the cast's logins are not what is tested).
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    # The test client speaks plain HTTP; TLS ends at the proxy in production (its redirect is
+    # covered by tests/production/test_deploy_check.py).
+    settings.SECURE_SSL_REDIRECT = False
     # The tests' own tools (tests/toolpack.py) beside the shipped packs.
     if "tests.toolpack" not in settings.MCPTASKS_TOOL_PACKS:
         settings.MCPTASKS_TOOL_PACKS = [*settings.MCPTASKS_TOOL_PACKS, "tests.toolpack"]
