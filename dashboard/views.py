@@ -207,7 +207,8 @@ def answer_input(request: HttpRequest, task_id: str, key: str) -> HttpResponse:
                                     actor=actor_for(request.user, task), via="dashboard")
     except lifecycle.LifecycleError as exc:
         return _refused(request, exc, task.pk)
-    messages.success(request, f"Answered {request_row.key!r}: {response['action']}.")
+    outcome = response.get("action", "sent")
+    messages.success(request, f"Answered {request_row.key!r}: {outcome}.")
     return redirect(_detail_url(task.pk, "timeline"))
 
 

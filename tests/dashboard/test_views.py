@@ -166,6 +166,22 @@ def test_operator_approves_through_the_generated_form(cast, client_for, awaiting
     assert "checked the change log" in detail and "approval: accept via dashboard" in detail
 
 
+def test_a_sampling_request_for_operators_is_answered_as_json(cast, client_for, running):
+    task = running("alice")
+    lifecycle.task_request_input(task_id=task.pk, attempt=task.attempt, requests=[
+        lifecycle.InputSpec(key="draft", method="sampling/createMessage", audience="operator",
+                            params={"messages": [], "maxTokens": 10})])
+    olga = client_for("olga")
+    url = reverse("dashboard:answer", args=[task.pk, "draft"])
+    assert "Send response" in page_text(olga.get(url))
+    refused = olga.post(url, {"response": '{"text": "no role"}', "decision-action": "accept"})
+    assert refused.status_code == 422 and "role and content" in page_text(refused)
+    olga.post(url, {"response": '{"role": "assistant", "content": {"type": "text", '
+                                '"text": "hi"}, "model": "human"}',
+                    "decision-action": "accept"})
+    assert InputRequest.objects.get(task=task).response["model"] == "human"
+
+
 def test_decline_needs_no_content(cast, client_for, awaiting):
     task = awaiting("alice")
     response = client_for("olga").post(reverse("dashboard:answer", args=[task.pk, "approval"]),
