@@ -192,6 +192,8 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": env_str("SQLITE_PATH", str(VAR_DIR / "mcptasks.sqlite3")),
+            # Keep each thread's connection: opening one (and its PRAGMAs) costs milliseconds.
+            "CONN_MAX_AGE": None,
             "OPTIONS": {
                 # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock
                 # at BEGIN so two writers queue on the busy timeout instead of failing with
