@@ -136,7 +136,8 @@ def test_a_tool_that_catches_exception_around_ask_still_suspends(
 
 
 # ---------------------------------------------------------------- safe points
-CTX_CALLS = ["report", "now", "uuid", "job", "ask", "effect", "sleep", "wait_until"]
+CTX_CALLS = ["report", "now", "uuid", "job", "ask", "effect", "sleep", "wait_until", "sample",
+             "roots"]
 
 
 @pytest.mark.parametrize("call", CTX_CALLS)
