@@ -109,7 +109,7 @@ def main() -> int:
         missed = failures = 0
         while len(records) < args.iterations:
             try:
-                record = kill_loop.run_iteration(cluster, tasks, rng, ["A", "B"])
+                record = kill_loop.run_iteration(cluster, tasks, rng)
             except AssertionError as exc:
                 failures += 1
                 print(f"iteration {len(records) + 1}: {exc}", flush=True)

@@ -35,8 +35,8 @@ class KillRecord:
     timeline: list[str]  # the task's audit events, seconds from the kill
 
 
-def run_iteration(cluster: Cluster, tasks: FaultTasks, rng: random.Random,
-                  workers: list[str]) -> KillRecord | None:
+def run_iteration(cluster: Cluster, tasks: FaultTasks,
+                  rng: random.Random) -> KillRecord | None:
     """Kill the worker of one new task at a random moment; None if the task finished first."""
     from mcptasks.models import Task
 
@@ -68,14 +68,17 @@ def run_iteration(cluster: Cluster, tasks: FaultTasks, rng: random.Random,
         worker.signal_all(signal.SIGKILL)
     killed_at = time.monotonic()
     killed_wall = time.time()
-    wait_for(lambda: checks.all_terminal([task_id]), SETTLE_S,
-             f"task {task_id} to end within lease + sweep + 10 s of the kill", interval=0.05)
-    settle = time.monotonic() - killed_at
-    if mode == "worker":
-        # Restarted once the task ended: a booting worker would take one of the two CPUs
-        # from the survivor doing the recovery being timed.
-        worker.popen.wait(timeout=10)
-        cluster.start_worker(worker.name.split("#")[0])
+    try:
+        wait_for(lambda: checks.all_terminal([task_id]), SETTLE_S,
+                 f"task {task_id} to end within lease + sweep + 10 s of the kill",
+                 interval=0.05)
+    finally:
+        settle = time.monotonic() - killed_at
+        if mode == "worker":
+            # Restarted once the task ended: a booting worker would take one of the two CPUs
+            # from the survivor doing the recovery being timed.
+            worker.popen.wait(timeout=10)
+            cluster.start_worker(worker.name.split("#")[0])
     row = checks.task_rows([task_id])[task_id]
     trail = checks.task_audit([task_id])[task_id]
     timeline = [f"{at.timestamp() - killed_wall:+.2f} {action} {data.get('attempt', '')}"

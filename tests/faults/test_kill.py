@@ -31,7 +31,7 @@ def test_killed_workers_lose_no_step_and_every_task_ends(
     missed = 0
     while len(records) < KILLS:
         assert missed <= KILLS, "the tool keeps finishing before its kill moment"
-        record = kill_loop.run_iteration(cluster, fault_tasks, rng, ["A", "B"])
+        record = kill_loop.run_iteration(cluster, fault_tasks, rng)
         if record is None:
             missed += 1
         else:
