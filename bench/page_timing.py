@@ -35,12 +35,27 @@ os.environ.setdefault("DATABASE_POOL", "true")
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_MS = 100.0
 BATCH = 5000
-EVENTS_PER_TASK_ACTIONS = ("task.created", "task.started", "task.input_requested",
-                           "task.input_answered", "task.started", "task.sleeping",
-                           "task.woken", "task.started", "task.completed", "task.purged")
+EVENTS_PER_TASK_ACTIONS = (
+    "task.created",
+    "task.started",
+    "task.input_requested",
+    "task.input_answered",
+    "task.started",
+    "task.sleeping",
+    "task.woken",
+    "task.started",
+    "task.completed",
+    "task.purged",
+)
 # Finished tasks dominate; running ones are bounded by the workers (the specials add 50).
-STATE_WEIGHTS = (("completed", 85), ("failed", 5), ("cancelled", 4), ("queued", 2),
-                 ("sleeping", 2), ("awaiting_input", 2))
+STATE_WEIGHTS = (
+    ("completed", 85),
+    ("failed", 5),
+    ("cancelled", 4),
+    ("queued", 2),
+    ("sleeping", 2),
+    ("awaiting_input", 2),
+)
 
 
 # ---------------------------------------------------------------- seeding
@@ -59,16 +74,25 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
     rng = random.Random(7)
     cast = seed_cast()
     acme, globex = cast["alice"]["tenant"], cast["bob"]["tenant"]
-    owners = {acme.pk: [cast["alice"]["user"].pk, cast["adam"]["user"].pk],
-              globex.pk: [cast["bob"]["user"].pk]}
+    owners = {
+        acme.pk: [cast["alice"]["user"].pk, cast["adam"]["user"].pk],
+        globex.pk: [cast["bob"]["user"].pk],
+    }
     now = datetime.now(UTC)
     spacing = timedelta(seconds=25)
     start = now - spacing * task_count
     states = [state for state, weight in STATE_WEIGHTS for _ in range(weight)]
-    special = {"awaiting_operator": 200, "needs_reconciliation": 50, "cancel_stuck": 20,
-               "running": 50}
-    special_at = {index: kind for kind, count in special.items()
-                  for index in rng.sample(range(task_count - 5000, task_count), count)}
+    special = {
+        "awaiting_operator": 200,
+        "needs_reconciliation": 50,
+        "cancel_stuck": 20,
+        "running": 50,
+    }
+    special_at = {
+        index: kind
+        for kind, count in special.items()
+        for index in rng.sample(range(task_count - 5000, task_count), count)
+    }
 
     tasks: list[Task] = []
     task_rows: list[tuple[str, int, datetime, str]] = []
@@ -80,52 +104,109 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
         principal_id = rng.choice(owners[tenant_id])
         created = start + spacing * index
         kind = special_at.get(index)
-        state = {"awaiting_operator": "awaiting_operator",
-                 "needs_reconciliation": "needs_reconciliation", "running": "running",
-                 "cancel_stuck": "running"}.get(kind or "", rng.choice(states))
+        state = {
+            "awaiting_operator": "awaiting_operator",
+            "needs_reconciliation": "needs_reconciliation",
+            "running": "running",
+            "cancel_stuck": "running",
+        }.get(kind or "", rng.choice(states))
         task_id = new_task_id()
         terminal = state in ("completed", "failed", "cancelled")
-        tasks.append(Task(
-            id=task_id, tenant_id=tenant_id, principal_id=principal_id,
-            tool_name=rng.choice(("deploy_service", "run_pipeline", "export_dataset",
-                                  "cloud_job")),
-            arguments={"service": f"svc-{index % 97}", "version": f"1.{index % 13}.0"},
-            argument_digest=f"{index:064x}", server_build="0.1.0+bench", policy_revision="p1",
-            backend_job_id=f"job-{index}" if index % 4 == 0 else "", state=state,
-            status_message={"completed": "Completed", "failed": "Tool crashed"}.get(
-                state, "Working"),
-            result={"content": [{"type": "text", "text": "ok"}]} if state == "completed"
-            else None,
-            error={"code": -32603, "message": "Tool crashed"} if state == "failed" else None,
-            ttl_ms=86_400_000, created_at=created,
-            updated_at=created + timedelta(seconds=20 if terminal else 1),
-            expires_at=created + timedelta(days=1), attempt=1, version=5,
-            cancel_requested_at=created + timedelta(seconds=1) if kind == "cancel_stuck"
-            else None,
-            cancel_reason="stop" if kind == "cancel_stuck" else ""))
+        tasks.append(
+            Task(
+                id=task_id,
+                tenant_id=tenant_id,
+                principal_id=principal_id,
+                tool_name=rng.choice(
+                    ("deploy_service", "run_pipeline", "export_dataset", "cloud_job")
+                ),
+                arguments={"service": f"svc-{index % 97}", "version": f"1.{index % 13}.0"},
+                argument_digest=f"{index:064x}",
+                server_build="0.1.0+bench",
+                policy_revision="p1",
+                backend_job_id=f"job-{index}" if index % 4 == 0 else "",
+                state=state,
+                status_message={"completed": "Completed", "failed": "Tool crashed"}.get(
+                    state, "Working"
+                ),
+                result={"content": [{"type": "text", "text": "ok"}]}
+                if state == "completed"
+                else None,
+                error={"code": -32603, "message": "Tool crashed"} if state == "failed" else None,
+                ttl_ms=86_400_000,
+                created_at=created,
+                updated_at=created + timedelta(seconds=20 if terminal else 1),
+                expires_at=created + timedelta(days=1),
+                attempt=1,
+                version=5,
+                cancel_requested_at=created + timedelta(seconds=1)
+                if kind == "cancel_stuck"
+                else None,
+                cancel_reason="stop" if kind == "cancel_stuck" else "",
+            )
+        )
         task_rows.append((task_id, tenant_id, created, state))
         if kind == "awaiting_operator":
-            inputs.append(InputRequest(
-                task_id=task_id, tenant_id=tenant_id, key="approval",
-                method="elicitation/create", audience=Audience.OPERATOR,
-                forbid_self_approval=True, created_at=created,
-                params={"message": f"Approve rollout {index}?", "requestedSchema": {
-                    "type": "object", "properties": {"approve": {"type": "boolean"}}}}))
+            inputs.append(
+                InputRequest(
+                    task_id=task_id,
+                    tenant_id=tenant_id,
+                    key="approval",
+                    method="elicitation/create",
+                    audience=Audience.OPERATOR,
+                    forbid_self_approval=True,
+                    created_at=created,
+                    params={
+                        "message": f"Approve rollout {index}?",
+                        "requestedSchema": {
+                            "type": "object",
+                            "properties": {"approve": {"type": "boolean"}},
+                        },
+                    },
+                )
+            )
         elif state == "completed" and index % 10 == 0:
-            inputs.append(InputRequest(
-                task_id=task_id, tenant_id=tenant_id, key="confirm",
-                method="elicitation/create", audience=Audience.CLIENT, state="answered",
-                params={"message": "Sure?"}, response={"action": "accept", "content": {}},
-                answered_via="mcp", answered_at=created, created_at=created))
+            inputs.append(
+                InputRequest(
+                    task_id=task_id,
+                    tenant_id=tenant_id,
+                    key="confirm",
+                    method="elicitation/create",
+                    audience=Audience.CLIENT,
+                    state="answered",
+                    params={"message": "Sure?"},
+                    response={"action": "accept", "content": {}},
+                    answered_via="mcp",
+                    answered_at=created,
+                    created_at=created,
+                )
+            )
         if kind == "needs_reconciliation":
-            effects.append(Effect(task_id=task_id, tenant_id=tenant_id, step="rollout",
-                                  idempotency_key=f"{task_id}:rollout", state="unknown",
-                                  created_at=created, updated_at=created))
+            effects.append(
+                Effect(
+                    task_id=task_id,
+                    tenant_id=tenant_id,
+                    step="rollout",
+                    idempotency_key=f"{task_id}:rollout",
+                    state="unknown",
+                    created_at=created,
+                    updated_at=created,
+                )
+            )
         elif index % 5 == 0:
-            effects.append(Effect(task_id=task_id, tenant_id=tenant_id, step="build",
-                                  idempotency_key=f"{task_id}:build", idempotent=True,
-                                  state="applied", result={"ok": True}, created_at=created,
-                                  updated_at=created))
+            effects.append(
+                Effect(
+                    task_id=task_id,
+                    tenant_id=tenant_id,
+                    step="build",
+                    idempotency_key=f"{task_id}:build",
+                    idempotent=True,
+                    state="applied",
+                    result={"ok": True},
+                    created_at=created,
+                    updated_at=created,
+                )
+            )
         if len(tasks) >= BATCH:
             Task.objects.bulk_create(tasks)
             tasks.clear()
@@ -147,21 +228,31 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
                 break
             seqs[tenant_id] += 1
             action = EVENTS_PER_TASK_ACTIONS[number % len(EVENTS_PER_TASK_ACTIONS)]
-            events.append(AuditEvent(
-                chain=f"tenant:{slugs[tenant_id]}", seq=seqs[tenant_id],
-                created_at=created + timedelta(seconds=number * 2), tenant_id=tenant_id,
-                actor_kind="system" if number else "principal", actor_id="",
-                actor_display="worker" if number else "alice", action=action, task_id=task_id,
-                data={"state": "running", "attempt": 1}, prev_hash="0" * 64,
-                hash=f"{written:064x}"))
+            events.append(
+                AuditEvent(
+                    chain=f"tenant:{slugs[tenant_id]}",
+                    seq=seqs[tenant_id],
+                    created_at=created + timedelta(seconds=number * 2),
+                    tenant_id=tenant_id,
+                    actor_kind="system" if number else "principal",
+                    actor_id="",
+                    actor_display="worker" if number else "alice",
+                    action=action,
+                    task_id=task_id,
+                    data={"state": "running", "attempt": 1},
+                    prev_hash="0" * 64,
+                    hash=f"{written:064x}",
+                )
+            )
             written += 1
         if len(events) >= BATCH:
             AuditEvent.objects.bulk_create(events)
             events.clear()
     AuditEvent.objects.bulk_create(events)
     for tenant_id, seq in seqs.items():
-        ChainHead.objects.update_or_create(chain=f"tenant:{slugs[tenant_id]}",
-                                           defaults={"seq": seq, "hash": "0" * 64})
+        ChainHead.objects.update_or_create(
+            chain=f"tenant:{slugs[tenant_id]}", defaults={"seq": seq, "hash": "0" * 64}
+        )
     seeded_events = time.monotonic() - began
 
     from django.db import connection
@@ -170,15 +261,27 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
         cursor.execute("ANALYZE")
     acme_tasks = [row for row in task_rows if row[1] == acme.pk]
     newest_acme = acme_tasks[-1][0]
-    alice_task = Task.objects.filter(principal=cast["alice"]["user"]).order_by(
-        "-created_at").values_list("pk", flat=True).first()
+    alice_task = (
+        Task.objects.filter(principal=cast["alice"]["user"])
+        .order_by("-created_at")
+        .values_list("pk", flat=True)
+        .first()
+    )
     pending = InputRequest.objects.filter(state="pending").values_list("task_id", flat=True)
-    return {"cast": cast, "newest_acme": newest_acme, "alice_task": alice_task,
-            "approval_task": pending.first(), "job_id": "job-40000",
-            "seconds": {"tasks": round(seeded_tasks, 1), "events": round(seeded_events, 1)},
-            "counts": {"tasks": Task.objects.count(), "events": AuditEvent.objects.count(),
-                       "pending_inputs": InputRequest.objects.filter(state="pending").count(),
-                       "unknown_effects": Effect.objects.filter(state="unknown").count()}}
+    return {
+        "cast": cast,
+        "newest_acme": newest_acme,
+        "alice_task": alice_task,
+        "approval_task": pending.first(),
+        "job_id": "job-40000",
+        "seconds": {"tasks": round(seeded_tasks, 1), "events": round(seeded_events, 1)},
+        "counts": {
+            "tasks": Task.objects.count(),
+            "events": AuditEvent.objects.count(),
+            "pending_inputs": InputRequest.objects.filter(state="pending").count(),
+            "unknown_effects": Effect.objects.filter(state="unknown").count(),
+        },
+    }
 
 
 @contextmanager
@@ -199,17 +302,28 @@ def reseen() -> dict[str, Any]:
 
     users = {user.username: {"user": user} for user in get_user_model().objects.all()}
     acme = Tenant.objects.get(slug="acme")
-    return {"cast": users,
-            "newest_acme": Task.objects.filter(tenant=acme).order_by("-created_at")
-            .values_list("pk", flat=True).first(),
-            "alice_task": Task.objects.filter(principal=users["alice"]["user"])
-            .order_by("-created_at").values_list("pk", flat=True).first(),
-            "approval_task": InputRequest.objects.filter(state="pending")
-            .values_list("task_id", flat=True).first(),
-            "job_id": "job-40000", "seconds": {},
-            "counts": {"tasks": Task.objects.count(), "events": AuditEvent.objects.count(),
-                       "pending_inputs": InputRequest.objects.filter(state="pending").count(),
-                       "unknown_effects": Effect.objects.filter(state="unknown").count()}}
+    return {
+        "cast": users,
+        "newest_acme": Task.objects.filter(tenant=acme)
+        .order_by("-created_at")
+        .values_list("pk", flat=True)
+        .first(),
+        "alice_task": Task.objects.filter(principal=users["alice"]["user"])
+        .order_by("-created_at")
+        .values_list("pk", flat=True)
+        .first(),
+        "approval_task": InputRequest.objects.filter(state="pending")
+        .values_list("task_id", flat=True)
+        .first(),
+        "job_id": "job-40000",
+        "seconds": {},
+        "counts": {
+            "tasks": Task.objects.count(),
+            "events": AuditEvent.objects.count(),
+            "pending_inputs": InputRequest.objects.filter(state="pending").count(),
+            "unknown_effects": Effect.objects.filter(state="unknown").count(),
+        },
+    }
 
 
 # ---------------------------------------------------------------- timing
@@ -238,10 +352,13 @@ def time_page(client: Any, url: str, runs: int) -> dict[str, Any]:
         cpu.append((time.process_time() - began_cpu) * 1000)
         assert response.status_code == 200
     ordered = sorted(samples)
-    return {"median_ms": round(statistics.median(samples), 1),
-            "p95_ms": round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 1),
-            "cpu_ms": round(statistics.median(cpu), 1),
-            "db_ms": round(sum(query_ms), 1), "queries": len(query_ms)}
+    return {
+        "median_ms": round(statistics.median(samples), 1),
+        "p95_ms": round(ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))], 1),
+        "cpu_ms": round(statistics.median(cpu), 1),
+        "db_ms": round(sum(query_ms), 1),
+        "queries": len(query_ms),
+    }
 
 
 def pages(seeded: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -291,8 +408,9 @@ def main() -> None:
         if options.database:
             seeded = reseen()
         else:
-            print(f"seeding {options.tasks:,} tasks and {options.events:,} audit events …",
-                  flush=True)
+            print(
+                f"seeding {options.tasks:,} tasks and {options.events:,} audit events …", flush=True
+            )
             seeded = seed(options.tasks, options.events)
         print(f"seeded in {seeded['seconds']} s: {seeded['counts']}", flush=True)
         clients: dict[str, Client] = {}
@@ -304,19 +422,33 @@ def main() -> None:
             figures = time_page(clients[user], page_url, options.runs)
             results.append({"user": user, "page": label, "url": page_url, **figures})
             mark = "ok" if figures["median_ms"] < TARGET_MS else "SLOW"
-            print(f"{mark:4} {user:6} {label:38} median {figures['median_ms']:6.1f} ms  "
-                  f"p95 {figures['p95_ms']:6.1f} ms  cpu {figures['cpu_ms']:5.1f} ms  "
-                  f"db {figures['db_ms']:5.1f} ms  {figures['queries']:2} queries", flush=True)
+            print(
+                f"{mark:4} {user:6} {label:38} median {figures['median_ms']:6.1f} ms  "
+                f"p95 {figures['p95_ms']:6.1f} ms  cpu {figures['cpu_ms']:5.1f} ms  "
+                f"db {figures['db_ms']:5.1f} ms  {figures['queries']:2} queries",
+                flush=True,
+            )
     import subprocess
 
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"machine: {load}")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "page_timing.json"
-    out.write_text(json.dumps({"machine": load, "tasks": options.tasks, "events": options.events,
-                               "runs": options.runs, "target_ms": TARGET_MS,
-                               "seed_seconds": seeded["seconds"], "counts": seeded["counts"],
-                               "pages": results}, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "machine": load,
+                "tasks": options.tasks,
+                "events": options.events,
+                "runs": options.runs,
+                "target_ms": TARGET_MS,
+                "seed_seconds": seeded["seconds"],
+                "counts": seeded["counts"],
+                "pages": results,
+            },
+            indent=2,
+        )
+    )
     print(f"results: {out}")
     slow = [r for r in results if r["median_ms"] >= TARGET_MS]
     sys.exit(1 if slow else 0)

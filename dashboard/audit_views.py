@@ -44,8 +44,11 @@ ALL_TENANTS = "*"
 def _audit_tenant_choices(request: HttpRequest) -> list[tuple[str, str]]:
     """(slug, name) of the tenants whose audit trail the user reads; ``*`` for all of them."""
     readable = access.audit_tenants(request.user)
-    choices = [(c.tenant.slug, c.tenant.name) for c in tenant_choices(request)
-               if readable is None or c.tenant.pk in readable]
+    choices = [
+        (c.tenant.slug, c.tenant.name)
+        for c in tenant_choices(request)
+        if readable is None or c.tenant.pk in readable
+    ]
     return [(ALL_TENANTS, "All my tenants"), *choices] if choices else []
 
 
@@ -53,8 +56,9 @@ def _tenant_by_slug(slug: str) -> Tenant | None:
     return Tenant.objects.filter(slug=slug).first() if slug and slug != ALL_TENANTS else None
 
 
-def _audit_filters(request: HttpRequest, params: Any) -> tuple[
-        forms.AuditFilterForm, queries.AuditFilters | None, Tenant | None]:
+def _audit_filters(
+    request: HttpRequest, params: Any
+) -> tuple[forms.AuditFilterForm, queries.AuditFilters | None, Tenant | None]:
     """The filter form over ``params`` (GET, or the export's POST) and what it filters."""
     choices = _audit_tenant_choices(request)
     data = params.copy()
@@ -67,10 +71,18 @@ def _audit_filters(request: HttpRequest, params: Any) -> tuple[
         return form, None, None
     cleaned = form.cleaned_data
     tenant = _tenant_by_slug(cleaned["tenant"])
-    return form, queries.AuditFilters(
-        tenant_id=tenant.pk if tenant else None, actor=cleaned["actor"].strip(),
-        action=cleaned["action"].strip(), task_id=cleaned["task"].strip(),
-        since=cleaned["since"], until=cleaned["until"]), tenant
+    return (
+        form,
+        queries.AuditFilters(
+            tenant_id=tenant.pk if tenant else None,
+            actor=cleaned["actor"].strip(),
+            action=cleaned["action"].strip(),
+            task_id=cleaned["task"].strip(),
+            since=cleaned["since"],
+            until=cleaned["until"],
+        ),
+        tenant,
+    )
 
 
 def _require_audit(request: HttpRequest) -> HttpResponse | None:
@@ -88,12 +100,18 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     if refusal is not None:
         return refusal
     form, filters, _ = _audit_filters(request, request.GET)
-    result = (queries.audit_page(request.user, filters, older_than=request.GET.get("older"),
-                                 newer_than=request.GET.get("newer"))
-              if filters is not None else queries.Page(rows=[]))
+    result = (
+        queries.audit_page(
+            request.user,
+            filters,
+            older_than=request.GET.get("older"),
+            newer_than=request.GET.get("newer"),
+        )
+        if filters is not None
+        else queries.Page(rows=[])
+    )
     tenants = {tenant.pk: tenant for tenant in Tenant.objects.all()}
-    context = {"form": form, "page": result, "tenants": tenants,
-               "actions": queries.AUDIT_ACTIONS}
+    context = {"form": form, "page": result, "tenants": tenants, "actions": queries.AUDIT_ACTIONS}
     htmx = getattr(request, "htmx", None)
     if htmx and htmx.target == "audit-results":
         return render_fragment(request, "dashboard/_audit_results.html", context)
@@ -107,10 +125,18 @@ def audit_detail(request: HttpRequest, event_id: int) -> HttpResponse:
     if event is None:
         raise Http404("No such event")
     task_visible = bool(event.task_id) and queries.get_task(request.user, event.task_id) is not None
-    return render_page(request, "dashboard/audit_detail.html", {
-        "event": event, "task_visible": task_visible,
-        "tenant": Tenant.objects.filter(pk=event.tenant_id).first() if event.tenant_id else None,
-        "data_json": json.dumps(event.data, indent=2, ensure_ascii=False, sort_keys=True)})
+    return render_page(
+        request,
+        "dashboard/audit_detail.html",
+        {
+            "event": event,
+            "task_visible": task_visible,
+            "tenant": Tenant.objects.filter(pk=event.tenant_id).first()
+            if event.tenant_id
+            else None,
+            "data_json": json.dumps(event.data, indent=2, ensure_ascii=False, sort_keys=True),
+        },
+    )
 
 
 # ---------------------------------------------------------------- export
@@ -173,7 +199,8 @@ def audit_export(request: HttpRequest) -> HttpResponseBase:
     if refusal is not None:
         return refusal
     form, filters, tenant = _audit_filters(
-        request, request.POST if request.method == "POST" else request.GET)
+        request, request.POST if request.method == "POST" else request.GET
+    )
     export_form = forms.ExportForm(request.POST if request.method == "POST" else None)
     context = {"form": form, "export_form": export_form}
     if request.method != "POST":
@@ -181,15 +208,22 @@ def audit_export(request: HttpRequest) -> HttpResponseBase:
     if filters is None or not export_form.is_valid():
         return render_page(request, "dashboard/audit_export.html", context, status=422)
     if tenant is None and access.audit_tenants(request.user) is not None:
-        messages.error(request, "Choose one tenant to export: an export holds one chain, or "
-                                "all of them for a staff operator.")
+        messages.error(
+            request,
+            "Choose one tenant to export: an export holds one chain, or "
+            "all of them for a staff operator.",
+        )
         return render_page(request, "dashboard/audit_export.html", context, status=422)
     if tenant is not None and not access.may_read_audit(request.user, tenant.pk):
         raise Http404("No such tenant")
     export_filters = ExportFilters(
         chain=audit_chain.chain_for_tenant(tenant.slug) if tenant else "",
-        actor=filters.actor, action=filters.action, task_id=filters.task_id,
-        since=filters.since, until=filters.until)
+        actor=filters.actor,
+        action=filters.action,
+        task_id=filters.task_id,
+        since=filters.since,
+        until=filters.until,
+    )
     stream = ExportStream(filters=export_filters, format=export_form.cleaned_data["format"])
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     name = f"audit-{tenant.slug if tenant else 'all'}-{stamp}"
@@ -216,9 +250,12 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
     if refusal is not None:
         return refusal
     chains = _readable_chains(request)
-    heads = {chain: (seq, digest, updated) for chain, seq, digest, updated in
-             ChainHead.objects.filter(chain__in=chains)
-             .values_list("chain", "seq", "hash", "updated_at")}
+    heads = {
+        chain: (seq, digest, updated)
+        for chain, seq, digest, updated in ChainHead.objects.filter(chain__in=chains).values_list(
+            "chain", "seq", "hash", "updated_at"
+        )
+    }
     reports: dict[str, audit_chain.ChainReport] = {}
     export_check = None
     if request.method == "POST":
@@ -230,11 +267,18 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
                 if chain not in chains:
                     raise Http404("No such chain")
             reports = {report.chain: report for report in audit_chain.verify_chains(wanted)}
-    rows = [{"chain": chain, "head": heads.get(chain), "report": reports.get(chain)}
-            for chain in chains]
-    return render_page(request, "dashboard/audit_verify.html",
-                       {"rows": rows, "export_check": export_check,
-                        "verified_at": timezone.now() if reports else None})
+    rows = [
+        {"chain": chain, "head": heads.get(chain), "report": reports.get(chain)} for chain in chains
+    ]
+    return render_page(
+        request,
+        "dashboard/audit_verify.html",
+        {
+            "rows": rows,
+            "export_check": export_check,
+            "verified_at": timezone.now() if reports else None,
+        },
+    )
 
 
 def _verify_archive(upload: Any, request: HttpRequest) -> dict[str, Any]:
@@ -253,16 +297,26 @@ def _verify_archive(upload: Any, request: HttpRequest) -> dict[str, Any]:
                 check = verify_export(data, manifest)  # type: ignore[arg-type]
     except (zipfile.BadZipFile, StopIteration, KeyError, ValueError) as exc:
         return {"ok": False, "problems": [f"not an export archive: {exc}"]}
-    return {"ok": check.ok, "problems": check.problems, "notes": check.notes,
-            "count": check.count, "key_id": check.key_id, "name": getattr(upload, "name", "")}
+    return {
+        "ok": check.ok,
+        "problems": check.problems,
+        "notes": check.notes,
+        "count": check.count,
+        "key_id": check.key_id,
+        "name": getattr(upload, "name", ""),
+    }
 
 
 # ---------------------------------------------------------------- API tokens
 def _token_owners(request: HttpRequest, tenant: Tenant | None) -> list[tuple[str, str]]:
     if tenant is None:
         return []
-    members = (User.objects.filter(memberships__tenant=tenant).distinct().order_by("username")
-               .values_list("pk", "username"))
+    members = (
+        User.objects.filter(memberships__tenant=tenant)
+        .distinct()
+        .order_by("username")
+        .values_list("pk", "username")
+    )
     return [(str(pk), username) for pk, username in members]
 
 
@@ -272,10 +326,14 @@ def token_list(request: HttpRequest) -> HttpResponse:
     user = request.user
     tenant = current_tenant(request)
     may_issue = tenant is not None and bool(
-        access.may_issue_token(user, tenant_id=tenant.pk, owner=user))
+        access.may_issue_token(user, tenant_id=tenant.pk, owner=user)
+    )
     owners = _token_owners(request, tenant) if may_issue else []
-    issue_form = forms.TokenIssueForm(request.POST if request.method == "POST" else None,
-                                      owners=owners, initial={"owner": str(user.pk)})
+    issue_form = forms.TokenIssueForm(
+        request.POST if request.method == "POST" else None,
+        owners=owners,
+        initial={"owner": str(user.pk)},
+    )
     issued = None
     status = 200
     if request.method == "POST":
@@ -288,21 +346,39 @@ def token_list(request: HttpRequest) -> HttpResponse:
                 return denied(request, allowed.reason)
             days = issue_form.cleaned_data["expires_in_days"]
             token, plaintext = tokens.issue_token(
-                user=owner, tenant=tenant, actor=actor_for(user),
-                name=issue_form.cleaned_data["name"], scopes=issue_form.cleaned_data["scopes"],
-                expires_at=timezone.now() + timedelta(days=days) if days else None)
+                user=owner,
+                tenant=tenant,
+                actor=actor_for(user),
+                name=issue_form.cleaned_data["name"],
+                scopes=issue_form.cleaned_data["scopes"],
+                expires_at=timezone.now() + timedelta(days=days) if days else None,
+            )
             issued = {"token": token, "plaintext": plaintext}
             issue_form = forms.TokenIssueForm(owners=owners, initial={"owner": str(user.pk)})
         else:
             status = 422
-    rows = list(access.visible_tokens(user).select_related("user", "tenant")
-                .order_by("-created_at")[:500])
-    revocable = {token.pk for token in rows
-                 if token.revoked_at is None and access.may_revoke_token(user, token)}
-    response = render_page(request, "dashboard/tokens.html", {
-        "tokens": rows, "revocable": revocable, "issue_form": issue_form,
-        "may_issue": may_issue, "issued": issued, "tenant": tenant,
-        "now": timezone.now()}, status=status)
+    rows = list(
+        access.visible_tokens(user).select_related("user", "tenant").order_by("-created_at")[:500]
+    )
+    revocable = {
+        token.pk
+        for token in rows
+        if token.revoked_at is None and access.may_revoke_token(user, token)
+    }
+    response = render_page(
+        request,
+        "dashboard/tokens.html",
+        {
+            "tokens": rows,
+            "revocable": revocable,
+            "issue_form": issue_form,
+            "may_issue": may_issue,
+            "issued": issued,
+            "tenant": tenant,
+            "now": timezone.now(),
+        },
+        status=status,
+    )
     response["Cache-Control"] = "no-store"  # the page may hold a secret shown once
     return response
 

@@ -51,8 +51,11 @@ def _choices(options: list[Any], titles: list[Any] | None = None) -> list[tuple[
 
 
 def _titled(options: list[Any]) -> list[tuple[str, str]]:
-    return [(str(option.get("const")), str(option.get("title") or option.get("const")))
-            for option in options if isinstance(option, dict) and "const" in option]
+    return [
+        (str(option.get("const")), str(option.get("title") or option.get("const")))
+        for option in options
+        if isinstance(option, dict) and "const" in option
+    ]
 
 
 def _single_select(choices: list[tuple[str, str]], common: dict[str, Any]) -> forms.Field:
@@ -67,31 +70,38 @@ def _single_select(choices: list[tuple[str, str]], common: dict[str, Any]) -> fo
 
 
 def _string_field(prop: dict[str, Any], common: dict[str, Any]) -> forms.Field:
-    lengths: dict[str, Any] = {name: prop[key] for name, key in
-                               (("min_length", "minLength"), ("max_length", "maxLength"))
-                               if isinstance(prop.get(key), int)}
+    lengths: dict[str, Any] = {
+        name: prop[key]
+        for name, key in (("min_length", "minLength"), ("max_length", "maxLength"))
+        if isinstance(prop.get(key), int)
+    }
     fmt = prop.get("format")
     if fmt == "email":
         return forms.EmailField(**lengths, **common)
     if fmt == "uri":
-        return forms.CharField(validators=[validate_uri], widget=forms.URLInput,
-                               **lengths, **common)
+        return forms.CharField(
+            validators=[validate_uri], widget=forms.URLInput, **lengths, **common
+        )
     if fmt == "date":
         return forms.DateField(widget=forms.DateInput(attrs={"type": "date"}), **common)
     if fmt == "date-time":
         return forms.DateTimeField(
-            widget=forms.DateTimeInput(attrs={"type": "datetime-local", "step": "1"},
-                                       format="%Y-%m-%dT%H:%M:%S"), **common)
+            widget=forms.DateTimeInput(
+                attrs={"type": "datetime-local", "step": "1"}, format="%Y-%m-%dT%H:%M:%S"
+            ),
+            **common,
+        )
     multiline = lengths.get("max_length", 0) > MULTILINE_MIN_LENGTH
     widget = forms.Textarea(attrs={"rows": 3}) if multiline else forms.TextInput
     return forms.CharField(widget=widget, strip=False, **lengths, **common)
 
 
 def _number_field(prop: dict[str, Any], common: dict[str, Any]) -> forms.Field:
-    bounds: dict[str, Any] = {name: prop[key] for name, key in
-                              (("min_value", "minimum"), ("max_value", "maximum"))
-                              if isinstance(prop.get(key), int | float)
-                              and not isinstance(prop.get(key), bool)}
+    bounds: dict[str, Any] = {
+        name: prop[key]
+        for name, key in (("min_value", "minimum"), ("max_value", "maximum"))
+        if isinstance(prop.get(key), int | float) and not isinstance(prop.get(key), bool)
+    }
     if prop.get("type") == "integer":
         return forms.IntegerField(**bounds, **common)
     return forms.FloatField(widget=forms.NumberInput(attrs={"step": "any"}), **bounds, **common)
@@ -100,8 +110,9 @@ def _number_field(prop: dict[str, Any], common: dict[str, Any]) -> forms.Field:
 class MultiSelectField(forms.MultipleChoiceField):
     """A multi-select enum with the schema's ``minItems`` / ``maxItems``."""
 
-    def __init__(self, *, min_items: int | None = None, max_items: int | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, min_items: int | None = None, max_items: int | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.min_items, self.max_items = min_items, max_items
 
@@ -122,18 +133,24 @@ def _array_field(prop: dict[str, Any], common: dict[str, Any]) -> forms.Field | 
         choices = _titled(items["anyOf"])
     else:
         return None
-    counts: dict[str, Any] = {name: prop[key] for name, key in
-                              (("min_items", "minItems"), ("max_items", "maxItems"))
-                              if isinstance(prop.get(key), int)}
-    return MultiSelectField(choices=choices, widget=forms.CheckboxSelectMultiple,
-                            **counts, **common)
+    counts: dict[str, Any] = {
+        name: prop[key]
+        for name, key in (("min_items", "minItems"), ("max_items", "maxItems"))
+        if isinstance(prop.get(key), int)
+    }
+    return MultiSelectField(
+        choices=choices, widget=forms.CheckboxSelectMultiple, **counts, **common
+    )
 
 
 def field_for(prop: Any, *, label: str, required: bool) -> forms.Field:
     """The form field of one ``requestedSchema`` property (PROTOCOL §3.4)."""
     prop = prop if isinstance(prop, dict) else {}
-    common: dict[str, Any] = {"label": prop.get("title") or label, "required": required,
-                              "help_text": prop.get("description") or ""}
+    common: dict[str, Any] = {
+        "label": prop.get("title") or label,
+        "required": required,
+        "help_text": prop.get("description") or "",
+    }
     if "default" in prop:
         common["initial"] = prop["default"]
     kind = prop.get("type")
@@ -153,8 +170,9 @@ def field_for(prop: Any, *, label: str, required: bool) -> forms.Field:
         field = _array_field(prop, common)
     if field is None:
         initial = common.pop("initial", None)
-        field = JsonValueField(**common, initial=json.dumps(initial) if initial is not None
-                               else None)
+        field = JsonValueField(
+            **common, initial=json.dumps(initial) if initial is not None else None
+        )
         field.help_text = (field.help_text + " " if field.help_text else "") + "Enter JSON."
     return field
 
@@ -202,8 +220,9 @@ class ElicitationForm(forms.Form):
         if not self.is_valid():
             return None
         try:
-            return validate_response(ELICIT, self.params,
-                                     {"action": "accept", "content": self.content()})
+            return validate_response(
+                ELICIT, self.params, {"action": "accept", "content": self.content()}
+            )
         except InvalidAnswer as exc:
             self.add_error(None, f"The answer does not fit the request: {exc}")
             return None
@@ -232,9 +251,12 @@ class DecisionForm(forms.Form):
     """Accept, decline or cancel an elicitation, with an optional comment for the audit trail."""
 
     action = forms.ChoiceField(choices=[(a, a) for a in ELICIT_ACTIONS])
-    comment = forms.CharField(label="Comment for the audit trail", required=False,
-                              max_length=REASON_MAX,
-                              widget=forms.Textarea(attrs={"rows": 2}))
+    comment = forms.CharField(
+        label="Comment for the audit trail",
+        required=False,
+        max_length=REASON_MAX,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("prefix", "decision")
@@ -242,8 +264,9 @@ class DecisionForm(forms.Form):
 
 
 def _reason_field(label: str = "Reason") -> forms.CharField:
-    return forms.CharField(label=label, max_length=REASON_MAX, strip=True,
-                           widget=forms.Textarea(attrs={"rows": 2}))
+    return forms.CharField(
+        label=label, max_length=REASON_MAX, strip=True, widget=forms.Textarea(attrs={"rows": 2})
+    )
 
 
 class CancelForm(forms.Form):
@@ -254,17 +277,22 @@ class ForceCancelForm(forms.Form):
     reason = _reason_field("Why force-cancel this task?")
     confirm = forms.BooleanField(
         label="I understand: the task stops now, and a step in flight becomes 'unknown' and "
-              "needs reconciling.")
+        "needs reconciling."
+    )
 
 
 class ReconcileForm(forms.Form):
     decision = forms.ChoiceField(
-        choices=[("applied", "It was applied — continue with this outcome"),
-                 ("not_applied", "It was not applied — run the step again"),
-                 ("fail", "Fail the task")],
-        widget=forms.RadioSelect)
-    external_ref = forms.CharField(label="External reference (for 'applied')", required=False,
-                                   max_length=500)
+        choices=[
+            ("applied", "It was applied — continue with this outcome"),
+            ("not_applied", "It was not applied — run the step again"),
+            ("fail", "Fail the task"),
+        ],
+        widget=forms.RadioSelect,
+    )
+    external_ref = forms.CharField(
+        label="External reference (for 'applied')", required=False, max_length=500
+    )
     note = _reason_field("Reason (what you checked)")
 
     def clean(self) -> dict[str, Any]:
@@ -279,8 +307,11 @@ class ReconcileForm(forms.Form):
 class DelegationForm(forms.Form):
     grantee = forms.ChoiceField(label="Member")
     delegation = forms.ChoiceField(
-        choices=[("answer", "Approver (may answer its input requests)"),
-                 ("view", "Viewer (may see this task)")])
+        choices=[
+            ("answer", "Approver (may answer its input requests)"),
+            ("view", "Viewer (may see this task)"),
+        ]
+    )
 
     def __init__(self, candidates: list[Any], *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -306,17 +337,24 @@ class TaskFilterForm(forms.Form):
     state = forms.ChoiceField(required=False)
     tool = forms.ChoiceField(required=False)
     principal = forms.CharField(label="Principal", required=False, max_length=150)
-    created_from = forms.DateField(label="Created from", required=False,
-                                   widget=forms.DateInput(attrs={"type": "date"}))
-    created_to = forms.DateField(label="Created to", required=False,
-                                 widget=forms.DateInput(attrs={"type": "date"}))
+    created_from = forms.DateField(
+        label="Created from", required=False, widget=forms.DateInput(attrs={"type": "date"})
+    )
+    created_to = forms.DateField(
+        label="Created to", required=False, widget=forms.DateInput(attrs={"type": "date"})
+    )
 
-    def __init__(self, *args: Any, tenants: list[tuple[str, str]], states: list[str],
-                 tools: list[str], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        tenants: list[tuple[str, str]],
+        states: list[str],
+        tools: list[str],
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._set_choices("tenant", [("", "All my tenants"), *tenants])
-        self._set_choices("state", [("", "Any state"), *((s, s.replace("_", " "))
-                                                          for s in states)])
+        self._set_choices("state", [("", "Any state"), *((s, s.replace("_", " ")) for s in states)])
         self._set_choices("tool", [("", "Any tool"), *((t, t) for t in tools)])
 
     def _set_choices(self, name: str, choices: list[tuple[str, str]]) -> None:
@@ -332,10 +370,12 @@ class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=200)
     action = forms.CharField(required=False, max_length=64)
     task = forms.CharField(label="Task id", required=False, max_length=64)
-    since = forms.DateTimeField(label="From", required=False,
-                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
-    until = forms.DateTimeField(label="Until", required=False,
-                                widget=forms.DateTimeInput(attrs={"type": "datetime-local"}))
+    since = forms.DateTimeField(
+        label="From", required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    until = forms.DateTimeField(
+        label="Until", required=False, widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
 
     def __init__(self, *args: Any, tenants: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -345,8 +385,9 @@ class AuditFilterForm(forms.Form):
 
 
 class ExportForm(forms.Form):
-    format = forms.ChoiceField(choices=[("jsonl", "JSON Lines"), ("csv", "CSV")],
-                               initial="jsonl", widget=forms.RadioSelect)
+    format = forms.ChoiceField(
+        choices=[("jsonl", "JSON Lines"), ("csv", "CSV")], initial="jsonl", widget=forms.RadioSelect
+    )
 
 
 class TokenIssueForm(forms.Form):
@@ -354,10 +395,15 @@ class TokenIssueForm(forms.Form):
     owner = forms.ChoiceField(label="Owner")
     scopes = forms.MultipleChoiceField(
         choices=[("mcp", "mcp — the MCP endpoint"), ("api", "api — the REST API")],
-        initial=["mcp"], widget=forms.CheckboxSelectMultiple)
+        initial=["mcp"],
+        widget=forms.CheckboxSelectMultiple,
+    )
     expires_in_days = forms.TypedChoiceField(
-        label="Expires", coerce=int, initial=90,
-        choices=[(30, "in 30 days"), (90, "in 90 days"), (365, "in a year"), (0, "never")])
+        label="Expires",
+        coerce=int,
+        initial=90,
+        choices=[(30, "in 30 days"), (90, "in 90 days"), (365, "in a year"), (0, "never")],
+    )
 
     def __init__(self, *args: Any, owners: list[tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -20,18 +20,20 @@ from mcptasks.models import Membership, Task, Tenant
 SESSION_TENANT = "dashboard_tenant"
 
 # No inline script or style anywhere: the page loads only its own static files.
-CONTENT_SECURITY_POLICY = "; ".join([
-    "default-src 'self'",
-    "script-src 'self'",
-    "style-src 'self'",
-    "img-src 'self' data:",
-    "font-src 'self'",
-    "connect-src 'self'",
-    "object-src 'none'",
-    "base-uri 'self'",
-    "form-action 'self'",
-    "frame-ancestors 'none'",
-])
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
 
 
 def with_csp(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
@@ -69,10 +71,14 @@ def tenant_choices(request: HttpRequest) -> list[TenantChoice]:
         return list(cached)
     user = request.user
     choices: dict[int, TenantChoice] = {}
-    for membership in (Membership.objects.filter(user_id=user.pk or 0).select_related("tenant")
-                       .order_by("tenant__name", "role")):
-        choices.setdefault(membership.tenant_id, TenantChoice(membership.tenant)) \
-            .roles.append(membership.role)
+    for membership in (
+        Membership.objects.filter(user_id=user.pk or 0)
+        .select_related("tenant")
+        .order_by("tenant__name", "role")
+    ):
+        choices.setdefault(membership.tenant_id, TenantChoice(membership.tenant)).roles.append(
+            membership.role
+        )
     if access.tenants_where(user, access.Action.VIEW) is None:
         for tenant in Tenant.objects.exclude(pk__in=list(choices)).order_by("name"):
             choices[tenant.pk] = TenantChoice(tenant, ["staff operator"])
@@ -108,29 +114,36 @@ def nav_context(request: HttpRequest) -> dict[str, Any]:
     }
 
 
-def render_page(request: HttpRequest, template: str, context: dict[str, Any] | None = None,
-                status: int = 200) -> HttpResponse:
+def render_page(
+    request: HttpRequest, template: str, context: dict[str, Any] | None = None, status: int = 200
+) -> HttpResponse:
     """Render a full page, navigation included."""
     full = {**nav_context(request), **(context or {})}
     return render(request, template, full, status=status)
 
 
-def render_fragment(request: HttpRequest, template: str,
-                    context: dict[str, Any] | None = None) -> HttpResponse:
+def render_fragment(
+    request: HttpRequest, template: str, context: dict[str, Any] | None = None
+) -> HttpResponse:
     """Render a piece of a page (live updates, htmx swaps) without the navigation's queries."""
     audit = access.audit_tenants(request.user)
-    return render(request, template, {"nav_may_audit": audit is None or bool(audit),
-                                      **(context or {})})
+    return render(
+        request, template, {"nav_may_audit": audit is None or bool(audit), **(context or {})}
+    )
 
 
 def denied(request: HttpRequest, reason: str, *, title: str = "Not permitted") -> HttpResponse:
     """A visible object, an action the user may not take: 403 with the reason."""
-    return render_page(request, "dashboard/denied.html", {"title": title, "reason": reason},
-                       status=403)
+    return render_page(
+        request, "dashboard/denied.html", {"title": title, "reason": reason}, status=403
+    )
 
 
 def actor_for(user: Any, task: Task | None = None) -> Actor:
     """The audit actor of a dashboard user: ``operator`` when acting with operator rights."""
-    is_operator = (access.can(user, access.Action.FORCE_CANCEL, task) if task is not None
-                   else access.tenants_where(user, access.Action.FORCE_CANCEL) != [])
+    is_operator = (
+        access.can(user, access.Action.FORCE_CANCEL, task)
+        if task is not None
+        else access.tenants_where(user, access.Action.FORCE_CANCEL) != []
+    )
     return Actor.for_user(user, kind="operator" if is_operator else "user")

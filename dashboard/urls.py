@@ -10,10 +10,16 @@ from dashboard.pages import with_csp
 
 app_name = "dashboard"
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("login/", with_csp(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
-         name="login"),
-    path("logout/", with_csp(auth_views.LogoutView.as_view(next_page="dashboard:login")),
-         name="logout"),
+    path(
+        "login/",
+        with_csp(auth_views.LoginView.as_view(redirect_authenticated_user=True)),
+        name="login",
+    ),
+    path(
+        "logout/",
+        with_csp(auth_views.LogoutView.as_view(next_page="dashboard:login")),
+        name="logout",
+    ),
     path("", views.inbox, name="inbox"),
     path("inbox/counts", views.inbox_counts, name="inbox_counts"),
     path("tenant", views.switch_tenant, name="switch_tenant"),

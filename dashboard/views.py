@@ -73,8 +73,7 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
     """Everything waiting on this user; ``?fragment=1`` renders the lists alone (live)."""
-    context = {"inbox": queries.inbox(request.user),
-               "stuck_after_s": queries.STUCK_CANCEL_S}
+    context = {"inbox": queries.inbox(request.user), "stuck_after_s": queries.STUCK_CANCEL_S}
     if request.GET.get("fragment"):
         return render_fragment(request, "dashboard/_inbox_content.html", context)
     return render_page(request, "dashboard/inbox.html", context)
@@ -84,8 +83,9 @@ def inbox(request: HttpRequest) -> HttpResponse:
 @require_GET
 def inbox_counts(request: HttpRequest) -> HttpResponse:
     """The navigation's inbox badge (live)."""
-    return render_fragment(request, "dashboard/_counts.html",
-                           {"nav_counts": queries.inbox_counts(request.user)})
+    return render_fragment(
+        request, "dashboard/_counts.html", {"nav_counts": queries.inbox_counts(request.user)}
+    )
 
 
 # ---------------------------------------------------------------- tasks list
@@ -96,27 +96,41 @@ def _task_filters(request: HttpRequest) -> tuple[forms.TaskFilterForm, queries.T
         tenant = current_tenant(request)
         data["tenant"] = tenant.slug if tenant else ""
     form = forms.TaskFilterForm(
-        data, tenants=[(c.tenant.slug, c.tenant.name) for c in choices],
-        states=list(TaskState.values), tools=queries.tool_names())
+        data,
+        tenants=[(c.tenant.slug, c.tenant.name) for c in choices],
+        states=list(TaskState.values),
+        tools=queries.tool_names(),
+    )
     if not form.is_valid():
         return form, queries.TaskFilters(tenant_id=-1)  # an invalid filter shows nothing
     cleaned = form.cleaned_data
     tenant_ids = {c.tenant.slug: c.tenant.pk for c in choices}
     return form, queries.TaskFilters(
         tenant_id=tenant_ids.get(cleaned["tenant"]) if cleaned["tenant"] else None,
-        state=cleaned["state"], tool=cleaned["tool"], principal=cleaned["principal"].strip(),
-        created_from=cleaned["created_from"], created_to=cleaned["created_to"],
-        search=cleaned["q"].strip())
+        state=cleaned["state"],
+        tool=cleaned["tool"],
+        principal=cleaned["principal"].strip(),
+        created_from=cleaned["created_from"],
+        created_to=cleaned["created_to"],
+        search=cleaned["q"].strip(),
+    )
 
 
 @page
 @require_GET
 def task_list(request: HttpRequest) -> HttpResponse:
     form, filters = _task_filters(request)
-    result = queries.task_page(request.user, filters, older_than=request.GET.get("older"),
-                               newer_than=request.GET.get("newer"))
-    context = {"form": form, "page": result,
-               "first_page": not request.GET.get("older") and not request.GET.get("newer")}
+    result = queries.task_page(
+        request.user,
+        filters,
+        older_than=request.GET.get("older"),
+        newer_than=request.GET.get("newer"),
+    )
+    context = {
+        "form": form,
+        "page": result,
+        "first_page": not request.GET.get("older") and not request.GET.get("newer"),
+    }
     htmx = getattr(request, "htmx", None)
     if htmx and htmx.target == "task-results":
         return render_fragment(request, "dashboard/_task_results.html", context)
@@ -141,10 +155,15 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
     """The task; ``?fragment=live`` renders its live sections alone."""
     task = _task_or_404(request, task_id)
     detail = queries.task_detail(request.user, task)
-    context = {"detail": detail, "task": task, "wire_status": WIRE_STATUS[TaskState(task.state)],
-               "cancel_form": forms.CancelForm(), "force_form": forms.ForceCancelForm(),
-               "reconcile_form": forms.ReconcileForm(),
-               "delegation_form": forms.DelegationForm(detail.candidates)}
+    context = {
+        "detail": detail,
+        "task": task,
+        "wire_status": WIRE_STATUS[TaskState(task.state)],
+        "cancel_form": forms.CancelForm(),
+        "force_form": forms.ForceCancelForm(),
+        "reconcile_form": forms.ReconcileForm(),
+        "delegation_form": forms.DelegationForm(detail.candidates),
+    }
     if request.GET.get("fragment") == "live":
         return render_fragment(request, "dashboard/_task_live.html", context)
     return render_page(request, "dashboard/task_detail.html", context)
@@ -192,19 +211,25 @@ def answer_input(request: HttpRequest, task_id: str, key: str) -> HttpResponse:
         return render_page(request, "dashboard/answer.html", {**context, "closed": True})
     decision = access.may_answer(request.user, request_row, task)
     if not decision:
-        return render_page(request, "dashboard/answer.html",
-                           {**context, "refusal": decision.reason}, status=403)
+        return render_page(
+            request, "dashboard/answer.html", {**context, "refusal": decision.reason}, status=403
+        )
     if request.method != "POST":
-        return render_page(request, "dashboard/answer.html",
-                           {**context, **_answer_forms(request_row)})
+        return render_page(
+            request, "dashboard/answer.html", {**context, **_answer_forms(request_row)}
+        )
     form_set = _answer_forms(request_row, request.POST)
     response = _answer(form_set, request_row)
     if response is None:
-        return render_page(request, "dashboard/answer.html", {**context, **form_set},
-                           status=422)
+        return render_page(request, "dashboard/answer.html", {**context, **form_set}, status=422)
     try:
-        lifecycle.task_answer_input(task_id=task.pk, key=request_row.key, response=response,
-                                    actor=actor_for(request.user, task), via="dashboard")
+        lifecycle.task_answer_input(
+            task_id=task.pk,
+            key=request_row.key,
+            response=response,
+            actor=actor_for(request.user, task),
+            via="dashboard",
+        )
     except lifecycle.LifecycleError as exc:
         return _refused(request, exc, task.pk)
     outcome = response.get("action", "sent")
@@ -214,8 +239,10 @@ def answer_input(request: HttpRequest, task_id: str, key: str) -> HttpResponse:
 
 # ---------------------------------------------------------------- cancel, force cancel
 def _action_form_invalid(request: HttpRequest, task: Task, form: Any, what: str) -> HttpResponse:
-    errors = "; ".join(f"{name}: {', '.join(errs)}" if name != "__all__" else ", ".join(errs)
-                       for name, errs in form.errors.items())
+    errors = "; ".join(
+        f"{name}: {', '.join(errs)}" if name != "__all__" else ", ".join(errs)
+        for name, errs in form.errors.items()
+    )
     messages.error(request, f"{what} needs {errors}".rstrip())
     return redirect(_detail_url(task.pk, "actions"))
 
@@ -231,12 +258,17 @@ def cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
     if not form.is_valid():
         return _action_form_invalid(request, task, form, "Cancelling")
     try:
-        task = lifecycle.task_request_cancel(task_id=task.pk, actor=actor_for(request.user, task),
-                                             reason=form.cleaned_data["reason"])
+        task = lifecycle.task_request_cancel(
+            task_id=task.pk, actor=actor_for(request.user, task), reason=form.cleaned_data["reason"]
+        )
     except lifecycle.LifecycleError as exc:
         return _refused(request, exc, task.pk)
-    messages.success(request, "Cancelled." if task.state == TaskState.CANCELLED else
-                     "Cancel requested: the task stops at its next safe point.")
+    messages.success(
+        request,
+        "Cancelled."
+        if task.state == TaskState.CANCELLED
+        else "Cancel requested: the task stops at its next safe point.",
+    )
     return redirect(_detail_url(task.pk, "timeline"))
 
 
@@ -251,8 +283,9 @@ def force_cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
     if not form.is_valid():
         return _action_form_invalid(request, task, form, "Force cancel")
     try:
-        lifecycle.task_force_cancel(task_id=task.pk, actor=actor_for(request.user, task),
-                                    reason=form.cleaned_data["reason"])
+        lifecycle.task_force_cancel(
+            task_id=task.pk, actor=actor_for(request.user, task), reason=form.cleaned_data["reason"]
+        )
     except lifecycle.LifecycleError as exc:
         return _refused(request, exc, task.pk)
     messages.success(request, "Force-cancelled.")
@@ -277,13 +310,18 @@ def reconcile_effect(request: HttpRequest, effect_id: int) -> HttpResponse:
         return render_page(request, "dashboard/reconcile.html", context, status=422)
     try:
         lifecycle.task_reconcile_effect(
-            effect_id=effect.pk, actor=actor_for(request.user, task),
-            decision=form.cleaned_data["decision"], note=form.cleaned_data["note"],
-            external_ref=form.cleaned_data["external_ref"].strip())
+            effect_id=effect.pk,
+            actor=actor_for(request.user, task),
+            decision=form.cleaned_data["decision"],
+            note=form.cleaned_data["note"],
+            external_ref=form.cleaned_data["external_ref"].strip(),
+        )
     except lifecycle.LifecycleError as exc:
         return _refused(request, exc, task.pk)
-    messages.success(request, f"Step {effect.step!r} reconciled: "
-                              f"{form.cleaned_data['decision'].replace('_', ' ')}.")
+    messages.success(
+        request,
+        f"Step {effect.step!r} reconciled: {form.cleaned_data['decision'].replace('_', ' ')}.",
+    )
     return redirect(_detail_url(task.pk, "timeline"))
 
 
@@ -302,8 +340,12 @@ def grant_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
     allowed = access.may_receive_delegation(grantee, task)
     if not allowed:
         return denied(request, allowed.reason)
-    lifecycle.task_grant_delegation(task_id=task.pk, actor=actor_for(request.user, task),
-                                    grantee=grantee, delegation=form.cleaned_data["delegation"])
+    lifecycle.task_grant_delegation(
+        task_id=task.pk,
+        actor=actor_for(request.user, task),
+        grantee=grantee,
+        delegation=form.cleaned_data["delegation"],
+    )
     role = "approver" if form.cleaned_data["delegation"] == "answer" else "viewer"
     messages.success(request, f"{grantee.get_username()} is now a named {role} of this task.")
     return redirect(_detail_url(task.pk, "delegations"))
@@ -317,13 +359,19 @@ def revoke_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
     if not decision:
         return denied(request, decision.reason)
     form = forms.RevokeDelegationForm(request.POST)
-    grantee = (User.objects.filter(pk=form.cleaned_data["grantee"]).first()
-               if form.is_valid() else None)
+    grantee = (
+        User.objects.filter(pk=form.cleaned_data["grantee"]).first() if form.is_valid() else None
+    )
     if grantee is None:
         raise Http404("No such delegation")
-    lifecycle.task_grant_delegation(task_id=task.pk, actor=actor_for(request.user, task),
-                                    grantee=grantee, delegation=form.cleaned_data["delegation"],
-                                    revoke=True)
-    messages.success(request, f"Revoked {grantee.get_username()}'s "
-                              f"{form.cleaned_data['delegation']} right.")
+    lifecycle.task_grant_delegation(
+        task_id=task.pk,
+        actor=actor_for(request.user, task),
+        grantee=grantee,
+        delegation=form.cleaned_data["delegation"],
+        revoke=True,
+    )
+    messages.success(
+        request, f"Revoked {grantee.get_username()}'s {form.cleaned_data['delegation']} right."
+    )
     return redirect(_detail_url(task.pk, "delegations"))

@@ -123,8 +123,12 @@ def _day_start(day: date) -> datetime:
 
 
 def _task_rows(user: Any, filters: TaskFilters) -> QuerySet[Task]:
-    return (access.visible_tasks_for_listing(user, filters.tenant_id).filter(filters.q())
-            .select_related("tenant", "principal").defer(*LIST_DEFERRED))
+    return (
+        access.visible_tasks_for_listing(user, filters.tenant_id)
+        .filter(filters.q())
+        .select_related("tenant", "principal")
+        .defer(*LIST_DEFERRED)
+    )
 
 
 def _listing_parts(user: Any, filters: TaskFilters) -> list[QuerySet[Task]]:
@@ -137,8 +141,11 @@ def _listing_parts(user: Any, filters: TaskFilters) -> list[QuerySet[Task]]:
     if filters.tenant_id is not None:
         return [_task_rows(user, filters)]
     seeing = access.tenants_where(user, access.Action.VIEW)
-    tenant_ids = (list(Tenant.objects.order_by("pk").values_list("pk", flat=True))
-                  if seeing is None else seeing)
+    tenant_ids = (
+        list(Tenant.objects.order_by("pk").values_list("pk", flat=True))
+        if seeing is None
+        else seeing
+    )
     if not 1 < len(tenant_ids) <= MERGE_TENANTS_MAX:
         return [_task_rows(user, filters)]
     parts = [_task_rows(user, replace(filters, tenant_id=tenant_id)) for tenant_id in tenant_ids]
@@ -147,41 +154,50 @@ def _listing_parts(user: Any, filters: TaskFilters) -> list[QuerySet[Task]]:
     return parts
 
 
-def _newest_first(parts: list[QuerySet[Task]], count: int, *, ascending: bool = False
-                  ) -> list[Task]:
+def _newest_first(
+    parts: list[QuerySet[Task]], count: int, *, ascending: bool = False
+) -> list[Task]:
     """The first ``count`` rows of the parts together, in (created, id) order."""
     ordering = ("created_at", "pk") if ascending else ("-created_at", "-pk")
     rows = [list(part.order_by(*ordering)[:count]) for part in parts]
-    merged = heapq.merge(*rows, key=lambda task: (task.created_at, task.pk),
-                         reverse=not ascending)
+    merged = heapq.merge(*rows, key=lambda task: (task.created_at, task.pk), reverse=not ascending)
     return list(islice(merged, count))
 
 
-def task_page(user: Any, filters: TaskFilters, *, older_than: str | None = None,
-              newer_than: str | None = None, limit: int = PAGE_SIZE) -> Page:
+def task_page(
+    user: Any,
+    filters: TaskFilters,
+    *,
+    older_than: str | None = None,
+    newer_than: str | None = None,
+    limit: int = PAGE_SIZE,
+) -> Page:
     """One page of the tasks ``user`` may see, newest first, by keyset on (created, id)."""
     parts = _listing_parts(user, filters)
     after = _task_cursor(older_than)
     before = _task_cursor(newer_than) if after is None else None
     if before is not None:
         created_at, task_id = before
-        newer = Q(created_at__gte=created_at) & (Q(created_at__gt=created_at)
-                                                 | Q(pk__gt=task_id))
-        found = _newest_first([part.filter(newer) for part in parts], limit + 1,
-                              ascending=True)
+        newer = Q(created_at__gte=created_at) & (Q(created_at__gt=created_at) | Q(pk__gt=task_id))
+        found = _newest_first([part.filter(newer) for part in parts], limit + 1, ascending=True)
         has_more = len(found) > limit
         page = list(reversed(found[:limit]))
-        return Page(rows=page, older=_cursor_of(page[-1]) if page else older_than,
-                    newer=_cursor_of(page[0]) if page and has_more else None)
+        return Page(
+            rows=page,
+            older=_cursor_of(page[-1]) if page else older_than,
+            newer=_cursor_of(page[0]) if page and has_more else None,
+        )
     if after is not None:
         created_at, task_id = after
-        older = Q(created_at__lte=created_at) & (Q(created_at__lt=created_at)
-                                                 | Q(pk__lt=task_id))
+        older = Q(created_at__lte=created_at) & (Q(created_at__lt=created_at) | Q(pk__lt=task_id))
         parts = [part.filter(older) for part in parts]
     found = _newest_first(parts, limit + 1)
     page = found[:limit]
-    return Page(rows=page, older=_cursor_of(page[-1]) if len(found) > limit else None,
-                newer=_cursor_of(page[0]) if after is not None and page else None)
+    return Page(
+        rows=page,
+        older=_cursor_of(page[-1]) if len(found) > limit else None,
+        newer=_cursor_of(page[0]) if after is not None and page else None,
+    )
 
 
 def _cursor_of(task: Task) -> str:
@@ -233,34 +249,47 @@ def _stuck_cancels(user: Any, now: datetime | None) -> QuerySet[Task]:
     """Running tasks whose cancel intent is older than the threshold (a task in any other
     state is cancelled at once when intent is recorded, so only running ones can linger)."""
     threshold = (now or timezone.now()) - timedelta(seconds=STUCK_CANCEL_S)
-    return (access.tasks_where(user, access.Action.FORCE_CANCEL)
-            .filter(state=TaskState.RUNNING, cancel_requested_at__lt=threshold))
+    return access.tasks_where(user, access.Action.FORCE_CANCEL).filter(
+        state=TaskState.RUNNING, cancel_requested_at__lt=threshold
+    )
 
 
 def inbox(user: Any, *, now: datetime | None = None) -> Inbox:
     """Input requests ``user`` may answer, unknown effects they may reconcile, and tasks whose
     requested cancel has not taken effect within :data:`STUCK_CANCEL_S` — three queries."""
-    inputs = list(access.answerable_inputs(user)
-                  .select_related("task", "task__principal", "tenant")
-                  .defer(*(f"task__{name}" for name in LIST_DEFERRED))
-                  .order_by("created_at", "pk")[:INBOX_LIMIT + 1])
-    effects = list(access.reconcilable_effects(user)
-                   .select_related("task", "task__principal", "tenant")
-                   .defer("result", *(f"task__{name}" for name in LIST_DEFERRED))
-                   .order_by("updated_at", "pk")[:INBOX_LIMIT + 1])
-    stuck = list(_stuck_cancels(user, now).select_related("tenant", "principal",
-                                                          "cancel_requested_by")
-                 .defer(*LIST_DEFERRED).order_by("cancel_requested_at")[:INBOX_LIMIT + 1])
+    inputs = list(
+        access.answerable_inputs(user)
+        .select_related("task", "task__principal", "tenant")
+        .defer(*(f"task__{name}" for name in LIST_DEFERRED))
+        .order_by("created_at", "pk")[: INBOX_LIMIT + 1]
+    )
+    effects = list(
+        access.reconcilable_effects(user)
+        .select_related("task", "task__principal", "tenant")
+        .defer("result", *(f"task__{name}" for name in LIST_DEFERRED))
+        .order_by("updated_at", "pk")[: INBOX_LIMIT + 1]
+    )
+    stuck = list(
+        _stuck_cancels(user, now)
+        .select_related("tenant", "principal", "cancel_requested_by")
+        .defer(*LIST_DEFERRED)
+        .order_by("cancel_requested_at")[: INBOX_LIMIT + 1]
+    )
     found = {"inputs": inputs, "unknown_effects": effects, "stuck_cancels": stuck}
-    return Inbox(inputs=inputs[:INBOX_LIMIT], unknown_effects=effects[:INBOX_LIMIT],
-                 stuck_cancels=stuck[:INBOX_LIMIT],
-                 more=frozenset(kind for kind, rows in found.items() if len(rows) > INBOX_LIMIT))
+    return Inbox(
+        inputs=inputs[:INBOX_LIMIT],
+        unknown_effects=effects[:INBOX_LIMIT],
+        stuck_cancels=stuck[:INBOX_LIMIT],
+        more=frozenset(kind for kind, rows in found.items() if len(rows) > INBOX_LIMIT),
+    )
 
 
 def inbox_counts(user: Any, *, now: datetime | None = None) -> InboxCounts:
-    return InboxCounts(inputs=access.answerable_inputs(user).count(),
-                       unknown_effects=access.reconcilable_effects(user).count(),
-                       stuck_cancels=_stuck_cancels(user, now).count())
+    return InboxCounts(
+        inputs=access.answerable_inputs(user).count(),
+        unknown_effects=access.reconcilable_effects(user).count(),
+        stuck_cancels=_stuck_cancels(user, now).count(),
+    )
 
 
 # ---------------------------------------------------------------- task detail
@@ -309,9 +338,12 @@ def sensitive_keys_of(tool_name: str) -> frozenset[str]:
 def secret_fields(params: dict[str, Any]) -> frozenset[str]:
     """Fields an elicitation schema marks as sensitive (``x-sensitive`` or password format)."""
     properties = (params.get("requestedSchema") or {}).get("properties") or {}
-    return frozenset(name for name, schema in properties.items()
-                     if isinstance(schema, dict)
-                     and (schema.get("x-sensitive") or schema.get("format") == "password"))
+    return frozenset(
+        name
+        for name, schema in properties.items()
+        if isinstance(schema, dict)
+        and (schema.get("x-sensitive") or schema.get("format") == "password")
+    )
 
 
 def get_task(user: Any, task_id: Any) -> Task | None:
@@ -319,8 +351,9 @@ def get_task(user: Any, task_id: Any) -> Task | None:
     task = access.get_visible_task(user, task_id)
     if task is None:
         return None
-    return (Task.objects.select_related("tenant", "principal", "token", "cancel_requested_by")
-            .get(pk=task.pk))
+    return Task.objects.select_related("tenant", "principal", "token", "cancel_requested_by").get(
+        pk=task.pk
+    )
 
 
 def task_detail(user: Any, task: Task) -> TaskDetail:
@@ -330,12 +363,20 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
     requests = list(task.input_requests.select_related("answered_by").order_by("created_at", "pk"))
     pending = [r for r in requests if r.state == InputState.PENDING]
     decisions = access.answer_decisions(user, task, pending)
-    inputs = [InputView(request=r, decision=decisions.get(r.pk),
-                        response=shown(r.response, secret_fields(r.params)))
-              for r in requests]
+    inputs = [
+        InputView(
+            request=r,
+            decision=decisions.get(r.pk),
+            response=shown(r.response, secret_fields(r.params)),
+        )
+        for r in requests
+    ]
     effects = list(task.effects.select_related("reconciled_by").order_by("created_at", "pk"))
-    events = list(AuditEvent.objects.filter(task_id=task.pk, tenant_id=task.tenant_id)
-                  .order_by("-id")[:TIMELINE_LIMIT + 1])
+    events = list(
+        AuditEvent.objects.filter(task_id=task.pk, tenant_id=task.tenant_id).order_by("-id")[
+            : TIMELINE_LIMIT + 1
+        ]
+    )
     truncated = len(events) > TIMELINE_LIMIT
     timeline = list(reversed(events[:TIMELINE_LIMIT]))
     terminal = task.state in {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED}
@@ -351,10 +392,12 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
         timeline=timeline,
         timeline_truncated=truncated,
         delegations=access.delegations_of(task),
-        may_cancel=(not terminal and task.cancel_requested_at is None
-                    and bool(access.can(user, access.Action.CANCEL, task))),
-        may_force_cancel=not terminal and bool(access.can(user, access.Action.FORCE_CANCEL,
-                                                          task)),
+        may_cancel=(
+            not terminal
+            and task.cancel_requested_at is None
+            and bool(access.can(user, access.Action.CANCEL, task))
+        ),
+        may_force_cancel=not terminal and bool(access.can(user, access.Action.FORCE_CANCEL, task)),
         may_reconcile=bool(access.can(user, access.Action.RECONCILE, task)),
         may_grant=may_grant,
         candidates=list(access.delegation_candidates(task)) if may_grant else [],
@@ -414,24 +457,36 @@ def _id_cursor(cursor: str | None) -> int | None:
     return int(parts[0])
 
 
-def audit_page(user: Any, filters: AuditFilters, *, older_than: str | None = None,
-               newer_than: str | None = None, limit: int = PAGE_SIZE) -> Page:
+def audit_page(
+    user: Any,
+    filters: AuditFilters,
+    *,
+    older_than: str | None = None,
+    newer_than: str | None = None,
+    limit: int = PAGE_SIZE,
+) -> Page:
     """One page of the audit events ``user`` may read, newest first (by insertion order, the
     primary key, which within a chain is the sequence order)."""
     rows = access.visible_audit_events(user).filter(filters.q()).defer("prev_hash")
     after = _id_cursor(older_than)
     before = _id_cursor(newer_than) if after is None else None
     if before is not None:
-        found = list(rows.filter(pk__gt=before).order_by("pk")[:limit + 1])
+        found = list(rows.filter(pk__gt=before).order_by("pk")[: limit + 1])
         page = list(reversed(found[:limit]))
-        return Page(rows=page, older=encode_cursor(page[-1].pk) if page else older_than,
-                    newer=encode_cursor(page[0].pk) if page and len(found) > limit else None)
+        return Page(
+            rows=page,
+            older=encode_cursor(page[-1].pk) if page else older_than,
+            newer=encode_cursor(page[0].pk) if page and len(found) > limit else None,
+        )
     if after is not None:
         rows = rows.filter(pk__lt=after)
-    found = list(rows.order_by("-pk")[:limit + 1])
+    found = list(rows.order_by("-pk")[: limit + 1])
     page = found[:limit]
-    return Page(rows=page, older=encode_cursor(page[-1].pk) if len(found) > limit else None,
-                newer=encode_cursor(page[0].pk) if after is not None and page else None)
+    return Page(
+        rows=page,
+        older=encode_cursor(page[-1].pk) if len(found) > limit else None,
+        newer=encode_cursor(page[0].pk) if after is not None and page else None,
+    )
 
 
 def audit_event(user: Any, event_id: int) -> AuditEvent | None:
@@ -440,11 +495,31 @@ def audit_event(user: Any, event_id: int) -> AuditEvent | None:
 
 
 AUDIT_ACTIONS = (
-    "task.created", "task.started", "task.input_requested", "task.input_answered",
-    "task.input_timed_out", "task.sleeping", "task.woken", "task.requeued",
-    "task.cancel_requested", "task.cancelled", "task.force_cancelled", "task.completed",
-    "task.failed", "task.expired", "task.purged", "task.binding_changed", "effect.unknown",
-    "effect.reconciled", "delegation.granted", "delegation.revoked", "token.issued",
-    "token.revoked", "audit.exported", "audit.purged", "auth.login", "auth.logout",
+    "task.created",
+    "task.started",
+    "task.input_requested",
+    "task.input_answered",
+    "task.input_timed_out",
+    "task.sleeping",
+    "task.woken",
+    "task.requeued",
+    "task.cancel_requested",
+    "task.cancelled",
+    "task.force_cancelled",
+    "task.completed",
+    "task.failed",
+    "task.expired",
+    "task.purged",
+    "task.binding_changed",
+    "effect.unknown",
+    "effect.reconciled",
+    "delegation.granted",
+    "delegation.revoked",
+    "token.issued",
+    "token.revoked",
+    "audit.exported",
+    "audit.purged",
+    "auth.login",
+    "auth.logout",
     "auth.login_failed",
 )

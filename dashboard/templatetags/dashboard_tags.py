@@ -16,12 +16,26 @@ from mcptasks.wire import WIRE_STATUS
 
 register = template.Library()
 
-STATE_TONE = {"working": "info", "input_required": "warn", "completed": "ok", "failed": "bad",
-              "cancelled": "muted"}
-STATE_TONE_OVERRIDES = {TaskState.AWAITING_OPERATOR: "warn",
-                        TaskState.NEEDS_RECONCILIATION: "bad", TaskState.QUEUED: "muted"}
-EFFECT_TONE = {"intended": "info", "applied": "ok", "failed": "bad", "unknown": "bad",
-               "reconciled_applied": "ok", "reconciled_not_applied": "muted"}
+STATE_TONE = {
+    "working": "info",
+    "input_required": "warn",
+    "completed": "ok",
+    "failed": "bad",
+    "cancelled": "muted",
+}
+STATE_TONE_OVERRIDES = {
+    TaskState.AWAITING_OPERATOR: "warn",
+    TaskState.NEEDS_RECONCILIATION: "bad",
+    TaskState.QUEUED: "muted",
+}
+EFFECT_TONE = {
+    "intended": "info",
+    "applied": "ok",
+    "failed": "bad",
+    "unknown": "bad",
+    "reconciled_applied": "ok",
+    "reconciled_not_applied": "muted",
+}
 INPUT_TONE = {"pending": "warn", "answered": "ok", "superseded": "muted", "expired": "muted"}
 
 
@@ -46,9 +60,12 @@ def reltime(moment: datetime | None) -> SafeString | str:
     if moment is None:
         return "—"
     relative = _relative((timezone.now() - moment).total_seconds())
-    return format_html('<time datetime="{}" title="{}" data-relative>{}</time>',
-                       moment.isoformat(), f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
-                       relative)
+    return format_html(
+        '<time datetime="{}" title="{}" data-relative>{}</time>',
+        moment.isoformat(),
+        f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+        relative,
+    )
 
 
 @register.simple_tag
@@ -71,20 +88,23 @@ def state_badge(state: str) -> SafeString:
     except ValueError:
         status = "working"
     tone = STATE_TONE_OVERRIDES.get(state, STATE_TONE.get(status, "info"))  # type: ignore[call-overload]
-    return format_html('<span class="badge tone-{}" data-state="{}">{}</span>', tone, state,
-                       state_label(state))
+    return format_html(
+        '<span class="badge tone-{}" data-state="{}">{}</span>', tone, state, state_label(state)
+    )
 
 
 @register.simple_tag
 def effect_badge(state: str) -> SafeString:
-    return format_html('<span class="badge tone-{}">{}</span>', EFFECT_TONE.get(state, "info"),
-                       state_label(state))
+    return format_html(
+        '<span class="badge tone-{}">{}</span>', EFFECT_TONE.get(state, "info"), state_label(state)
+    )
 
 
 @register.simple_tag
 def input_badge(state: str) -> SafeString:
-    return format_html('<span class="badge tone-{}">{}</span>', INPUT_TONE.get(state, "info"),
-                       state_label(state))
+    return format_html(
+        '<span class="badge tone-{}">{}</span>', INPUT_TONE.get(state, "info"), state_label(state)
+    )
 
 
 @register.filter
@@ -159,8 +179,10 @@ def audit_summary(event: Any) -> str:
     elif action == "task.input_answered":
         response = data.get("response") if isinstance(data.get("response"), dict) else {}
         comment = ((response or {}).get("_meta") or {}).get("io.mcptasks/comment")
-        parts.append(f"{_text(data.get('key', '?'))}: {_text(data.get('action', '?'))} "
-                     f"via {_text(data.get('via', '?'))}")
+        parts.append(
+            f"{_text(data.get('key', '?'))}: {_text(data.get('action', '?'))} "
+            f"via {_text(data.get('via', '?'))}"
+        )
         if comment:
             parts.append(f"“{_text(comment)}”")
     elif action in ("task.cancel_requested", "task.force_cancelled"):
@@ -170,8 +192,10 @@ def audit_summary(event: Any) -> str:
         if data.get("cause"):
             parts.append(f"({_text(data['cause'])})")
     elif action == "effect.reconciled":
-        parts.append(f"step {_text(data.get('step', '?'))}: "
-                     f"{_text(data.get('decision', '?')).replace('_', ' ')}")
+        parts.append(
+            f"step {_text(data.get('step', '?'))}: "
+            f"{_text(data.get('decision', '?')).replace('_', ' ')}"
+        )
         if data.get("external_ref"):
             parts.append(f"ref {_text(data['external_ref'])}")
         if data.get("note"):
@@ -183,8 +207,10 @@ def audit_summary(event: Any) -> str:
         error = data.get("error") if isinstance(data.get("error"), dict) else {}
         parts.append(_text((error or {}).get("message", "")))
     elif action in ("token.issued", "token.revoked"):
-        parts.append(f"{_text(data.get('name') or data.get('lookup') or '')} "
-                     f"of {_text(data.get('owner', '?'))}")
+        parts.append(
+            f"{_text(data.get('name') or data.get('lookup') or '')} "
+            f"of {_text(data.get('owner', '?'))}"
+        )
     elif action == "audit.exported":
         parts.append(f"{_text(data.get('count', '?'))} events as {_text(data.get('format', '?'))}")
     elif data.get("reason"):

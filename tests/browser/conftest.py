@@ -97,13 +97,14 @@ def browser(live_url: str, cast: dict[str, dict[str, Any]]) -> Iterator[Any]:
 class Session:
     """One signed-in browser user: a context (own cookies) and its pages."""
 
-    def __init__(self, browser: Any, base_url: str, name: str, password: str,
-                 width: int = 1280) -> None:
+    def __init__(
+        self, browser: Any, base_url: str, name: str, password: str, width: int = 1280
+    ) -> None:
         self.name = name
         self.base_url = base_url
-        self.context = browser.new_context(base_url=base_url,
-                                           viewport={"width": width, "height": 900},
-                                           accept_downloads=True)
+        self.context = browser.new_context(
+            base_url=base_url, viewport={"width": width, "height": 900}, accept_downloads=True
+        )
         self.console_errors: list[str] = []
         self.page = self.new_page()
         self.page.goto("/login/")
@@ -114,8 +115,10 @@ class Session:
 
     def new_page(self) -> Any:
         page = self.context.new_page()
-        page.on("console", lambda message: message.type == "error"
-                and self.console_errors.append(message.text))
+        page.on(
+            "console",
+            lambda message: message.type == "error" and self.console_errors.append(message.text),
+        )
         page.on("pageerror", lambda error: self.console_errors.append(str(error)))
         return page
 
@@ -127,8 +130,9 @@ class Session:
         return page
 
     def csp_violations(self) -> list[str]:
-        return [e for e in self.console_errors if "Content Security Policy" in e
-                or "Refused to" in e]
+        return [
+            e for e in self.console_errors if "Content Security Policy" in e or "Refused to" in e
+        ]
 
 
 def wait_live(page: Any) -> None:
@@ -136,8 +140,9 @@ def wait_live(page: Any) -> None:
 
 
 @pytest.fixture
-def sign_in(browser: Any, live_url: str, cast: dict[str, dict[str, Any]]
-            ) -> Iterator[Callable[..., Session]]:
+def sign_in(
+    browser: Any, live_url: str, cast: dict[str, dict[str, Any]]
+) -> Iterator[Callable[..., Session]]:
     sessions: list[Session] = []
 
     def make(name: str, width: int = 1280) -> Session:
@@ -158,22 +163,30 @@ class Mcp:
         self.token = token
         self.next_id = 0
 
-    def call(self, method: str, params: dict[str, Any], name: str | None = None
-             ) -> dict[str, Any]:
+    def call(self, method: str, params: dict[str, Any], name: str | None = None) -> dict[str, Any]:
         self.next_id += 1
-        params = {**params, "_meta": {
-            "io.modelcontextprotocol/protocolVersion": VERSION,
-            "io.modelcontextprotocol/clientCapabilities": TASK_CAPS,
-            "io.modelcontextprotocol/clientInfo": {"name": "browser-tests", "version": "1"}}}
-        headers = {"content-type": "application/json",
-                   "accept": "application/json, text/event-stream",
-                   "mcp-protocol-version": VERSION, "mcp-method": method,
-                   "authorization": f"Bearer {self.token}"}
+        params = {
+            **params,
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": VERSION,
+                "io.modelcontextprotocol/clientCapabilities": TASK_CAPS,
+                "io.modelcontextprotocol/clientInfo": {"name": "browser-tests", "version": "1"},
+            },
+        }
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": VERSION,
+            "mcp-method": method,
+            "authorization": f"Bearer {self.token}",
+        }
         if name:
             headers["mcp-name"] = name
-        response = self.client.post("/mcp", json={"jsonrpc": "2.0", "id": self.next_id,
-                                                  "method": method, "params": params},
-                                    headers=headers)
+        response = self.client.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params},
+            headers=headers,
+        )
         body = response.json()
         assert "result" in body, body
         return body["result"]  # type: ignore[no-any-return]

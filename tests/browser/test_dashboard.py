@@ -25,10 +25,14 @@ def crash_mid_rollout(task_id: str) -> None:
     from mcptasks.models import Task
 
     task = lifecycle.task_claim(task_id=task_id, worker="doomed-worker")
-    lifecycle.task_effect_intended(task_id=task_id, attempt=task.attempt, step="rollout",
-                                   idempotency_key=f"{task_id}:rollout", idempotent=False)
-    Task.objects.filter(pk=task_id).update(
-        lease_expires_at=timezone.now() - timedelta(minutes=1))
+    lifecycle.task_effect_intended(
+        task_id=task_id,
+        attempt=task.attempt,
+        step="rollout",
+        idempotency_key=f"{task_id}:rollout",
+        idempotent=False,
+    )
+    Task.objects.filter(pk=task_id).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
     lifecycle.task_requeue(task_id=task_id)
 
 
@@ -41,7 +45,8 @@ def head_state(page: Any) -> Any:
 
 
 def test_operator_approves_a_production_deploy_and_everything_updates_live(
-        browser, live_url, sign_in, mcp_as, backend, shoot):
+    browser, live_url, sign_in, mcp_as, backend, shoot
+):
     login = browser.new_page(base_url=live_url)
     login.goto("/login/")
     shoot(login, "login")
@@ -64,7 +69,8 @@ def test_operator_approves_a_production_deploy_and_everything_updates_live(
     expect(inbox.locator("#inbox-count")).to_have_text("1", timeout=LIVE_TIMEOUT)
     assert inbox.evaluate("window.__sameDocument") is True  # no reload
     expect(row(tasks, task_id).locator("[data-state]")).to_have_attribute(
-        "data-state", "awaiting_operator", timeout=LIVE_TIMEOUT)
+        "data-state", "awaiting_operator", timeout=LIVE_TIMEOUT
+    )
     shoot(inbox, "inbox")
     detail = olga.open(f"/tasks/{task_id}/")
 
@@ -79,13 +85,14 @@ def test_operator_approves_a_production_deploy_and_everything_updates_live(
     inbox.wait_for_url(f"**/tasks/{task_id}/#timeline")
     expect(inbox.locator(".message.success")).to_contain_text("Answered 'approval': accept")
     expect(detail.locator("#sec-timeline")).to_contain_text(
-        "approval: accept via dashboard", timeout=LIVE_TIMEOUT)  # the open tab, live
+        "approval: accept via dashboard", timeout=LIVE_TIMEOUT
+    )  # the open tab, live
 
     assert backend.run_task(task_id) == "completed"
     expect(row(tasks, task_id).locator("[data-state]")).to_have_attribute(
-        "data-state", "completed", timeout=LIVE_TIMEOUT)
-    expect(head_state(detail)).to_have_attribute("data-state", "completed",
-                                                 timeout=LIVE_TIMEOUT)
+        "data-state", "completed", timeout=LIVE_TIMEOUT
+    )
+    expect(head_state(detail)).to_have_attribute("data-state", "completed", timeout=LIVE_TIMEOUT)
     expect(detail.locator("#sec-outcome")).to_contain_text("rollout")
     expect(detail.locator("#sec-timeline")).to_contain_text("Completed")
     assert mcp.get(task_id)["status"] == "completed"
@@ -111,16 +118,14 @@ def test_operator_approves_a_production_deploy_and_everything_updates_live(
     assert not olga.console_errors, olga.console_errors
 
 
-def test_requester_cannot_approve_her_own_deployment_and_sees_why(
-        sign_in, mcp_as, backend):
+def test_requester_cannot_approve_her_own_deployment_and_sees_why(sign_in, mcp_as, backend):
     task_id = mcp_as("alice").start("deploy_service", PRODUCTION)
     assert backend.run_task(task_id) == "awaiting_operator"
     alice = sign_in("alice")
     page = alice.page
     expect(page.locator(f'#inbox [data-task-id="{task_id}"]')).to_have_count(0)
     page.goto(f"/tasks/{task_id}/")
-    expect(page.locator("#sec-inputs [data-refusal]")).to_contain_text(
-        "forbids self-approval")
+    expect(page.locator("#sec-inputs [data-refusal]")).to_contain_text("forbids self-approval")
     expect(page.locator("#sec-inputs").get_by_role("link", name="Answer")).to_have_count(0)
     response = page.goto(f"/tasks/{task_id}/inputs/approval/")
     assert response.status == 403
@@ -130,7 +135,8 @@ def test_requester_cannot_approve_her_own_deployment_and_sees_why(
 
 
 def test_force_cancel_reconcile_and_named_approver_all_show_in_the_timeline(
-        sign_in, mcp_as, backend, shoot):
+    sign_in, mcp_as, backend, shoot
+):
     mcp = mcp_as("alice")
     olga = sign_in("olga")
 
@@ -144,7 +150,8 @@ def test_force_cancel_reconcile_and_named_approver_all_show_in_the_timeline(
     force.locator("input[name=confirm]").check()
     force.locator("button[type=submit]").click()
     expect(page.locator("#sec-timeline")).to_contain_text(
-        "Force-cancelled reason: Release window closed")
+        "Force-cancelled reason: Release window closed"
+    )
     expect(head_state(page)).to_have_attribute("data-state", "cancelled")
     expect(page.locator("details[data-action='force-cancel']")).to_have_count(0)
 
@@ -153,8 +160,7 @@ def test_force_cancel_reconcile_and_named_approver_all_show_in_the_timeline(
     backend(crash_mid_rollout, crashed)
     assert backend.run_task(crashed) == "needs_reconciliation"
     olga.page.goto("/")
-    expect(olga.page.locator(f'#inbox [data-task-id="{crashed}"][data-effect-id]')) \
-        .to_be_visible()
+    expect(olga.page.locator(f'#inbox [data-task-id="{crashed}"][data-effect-id]')).to_be_visible()
     page = olga.open(f"/tasks/{crashed}/")
     reconcile = page.locator("details[data-reconcile='rollout']")
     reconcile.locator("summary").click()
@@ -165,8 +171,7 @@ def test_force_cancel_reconcile_and_named_approver_all_show_in_the_timeline(
     expect(timeline).to_contain_text("Effect outcome unknown step rollout")
     expect(timeline).to_contain_text("rollout: not applied — No rollout in the deploy log")
     assert backend.run_task(crashed) == "completed"
-    expect(head_state(page)).to_have_attribute("data-state", "completed",
-                                               timeout=LIVE_TIMEOUT)
+    expect(head_state(page)).to_have_attribute("data-state", "completed", timeout=LIVE_TIMEOUT)
 
     # adam, a plain member, is named approver and approves.
     gated = mcp.start("deploy_service", PRODUCTION)
@@ -186,8 +191,7 @@ def test_force_cancel_reconcile_and_named_approver_all_show_in_the_timeline(
     expect(adam.page.locator("#sec-timeline")).to_contain_text("approval: accept via dashboard")
     expect(adam.page.locator("#sec-inputs")).to_contain_text("by adam")
     assert backend.run_task(gated) == "completed"
-    expect(head_state(page)).to_have_attribute("data-state", "completed",
-                                               timeout=LIVE_TIMEOUT)
+    expect(head_state(page)).to_have_attribute("data-state", "completed", timeout=LIVE_TIMEOUT)
     shoot(page, "timeline-delegation")
     assert not olga.csp_violations() and not adam.csp_violations()
 

@@ -16,8 +16,10 @@ WORKER = "test-worker"
 
 APPROVAL_SCHEMA = {
     "type": "object",
-    "properties": {"approve": {"type": "boolean", "title": "Approve the rollout"},
-                   "comment": {"type": "string", "title": "Comment"}},
+    "properties": {
+        "approve": {"type": "boolean", "title": "Approve the rollout"},
+        "comment": {"type": "string", "title": "Comment"},
+    },
     "required": ["approve"],
 }
 
@@ -49,18 +51,32 @@ def awaiting(make_task: Callable[..., Task]) -> Callable[..., Task]:
     """A task of ``owner`` waiting on one input request (by default an operator approval that
     forbids self-approval, key ``approval``)."""
 
-    def make(owner: str = "alice", *, key: str = "approval", audience: str = Audience.OPERATOR,
-             schema: dict[str, Any] | None = None, message: str = "Approve the rollout?",
-             forbid_self_approval: bool = True, tool_name: str = "echo_task") -> Task:
+    def make(
+        owner: str = "alice",
+        *,
+        key: str = "approval",
+        audience: str = Audience.OPERATOR,
+        schema: dict[str, Any] | None = None,
+        message: str = "Approve the rollout?",
+        forbid_self_approval: bool = True,
+        tool_name: str = "echo_task",
+    ) -> Task:
         task = make_task(owner=owner, tool_name=tool_name)
         task = lifecycle.task_claim(task_id=task.pk, worker=WORKER)
-        params = {"mode": "form", "message": message,
-                  "requestedSchema": schema or APPROVAL_SCHEMA}
+        params = {"mode": "form", "message": message, "requestedSchema": schema or APPROVAL_SCHEMA}
         return lifecycle.task_request_input(
-            task_id=task.pk, attempt=task.attempt,
-            requests=[lifecycle.InputSpec(key=key, method="elicitation/create", params=params,
-                                          audience=audience,
-                                          forbid_self_approval=forbid_self_approval)])
+            task_id=task.pk,
+            attempt=task.attempt,
+            requests=[
+                lifecycle.InputSpec(
+                    key=key,
+                    method="elicitation/create",
+                    params=params,
+                    audience=audience,
+                    forbid_self_approval=forbid_self_approval,
+                )
+            ],
+        )
 
     return make
 
@@ -73,10 +89,14 @@ def unknown_effect(make_task: Callable[..., Task]) -> Callable[..., Task]:
     def make(owner: str = "alice", step: str = "rollout") -> Task:
         task = make_task(owner=owner)
         task = lifecycle.task_claim(task_id=task.pk, worker=WORKER)
-        lifecycle.task_effect_intended(task_id=task.pk, attempt=task.attempt, step=step,
-                                       idempotency_key=f"{task.pk}:{step}", idempotent=False)
-        return lifecycle.task_mark_effect_unknown(task_id=task.pk, attempt=task.attempt,
-                                                  step=step)
+        lifecycle.task_effect_intended(
+            task_id=task.pk,
+            attempt=task.attempt,
+            step=step,
+            idempotency_key=f"{task.pk}:{step}",
+            idempotent=False,
+        )
+        return lifecycle.task_mark_effect_unknown(task_id=task.pk, attempt=task.attempt, step=step)
 
     return make
 

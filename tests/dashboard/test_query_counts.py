@@ -34,23 +34,30 @@ def queries_of(client: Client, url: str, **params: Any) -> int:
     return len(captured.captured_queries)
 
 
-def _fill_inbox(count: int, awaiting: Callable[..., Task], unknown_effect: Callable[..., Task],
-                running: Callable[..., Task], users: dict[str, Any]) -> None:
+def _fill_inbox(
+    count: int,
+    awaiting: Callable[..., Task],
+    unknown_effect: Callable[..., Task],
+    running: Callable[..., Task],
+    users: dict[str, Any],
+) -> None:
     for number in range(count):
         owner = "alice" if number % 2 else "bob"
         awaiting(owner)
         awaiting(owner, audience=Audience.ANY, forbid_self_approval=False, key="choice")
         unknown_effect(owner)
         task = running(owner)
-        lifecycle.task_request_cancel(task_id=task.pk, actor=Actor.for_user(users["amy"]),
-                                      reason="stop")
+        lifecycle.task_request_cancel(
+            task_id=task.pk, actor=Actor.for_user(users["amy"]), reason="stop"
+        )
         Task.objects.filter(pk=task.pk).update(
-            cancel_requested_at=Task.objects.get(pk=task.pk).cancel_requested_at.replace(
-                year=2020))
+            cancel_requested_at=Task.objects.get(pk=task.pk).cancel_requested_at.replace(year=2020)
+        )
 
 
-def test_inbox_queries_do_not_grow_with_rows(cast, client_for, awaiting, unknown_effect,
-                                             running, users, django_assert_max_num_queries):
+def test_inbox_queries_do_not_grow_with_rows(
+    cast, client_for, awaiting, unknown_effect, running, users, django_assert_max_num_queries
+):
     olga = client_for("olga")
     _fill_inbox(2, awaiting, unknown_effect, running, users)
     few = queries_of(olga, reverse("dashboard:inbox"))
@@ -68,8 +75,9 @@ def test_inbox_queries_do_not_grow_with_rows(cast, client_for, awaiting, unknown
 
 
 @pytest.mark.parametrize("viewer", ["olga", "alice", "carl"])
-def test_task_list_queries_do_not_grow_with_rows(cast, client_for, make_task, users, viewer,
-                                                 django_assert_max_num_queries):
+def test_task_list_queries_do_not_grow_with_rows(
+    cast, client_for, make_task, users, viewer, django_assert_max_num_queries
+):
     client = client_for(viewer)
     for _ in range(3):
         make_task("alice")
@@ -93,44 +101,71 @@ def _busy_task(make_task: Callable[..., Task], users: dict[str, Any], size: int)
     task = make_task("alice")
     task = lifecycle.task_claim(task_id=task.pk, worker="w")
     for number in range(size):
-        lifecycle.task_effect_intended(task_id=task.pk, attempt=task.attempt,
-                                       step=f"step-{number}", idempotency_key=f"k{number}",
-                                       idempotent=True)
-        lifecycle.task_effect_applied(task_id=task.pk, attempt=task.attempt,
-                                      step=f"step-{number}", result={"n": number},
-                                      external_ref=f"ref-{number}")
+        lifecycle.task_effect_intended(
+            task_id=task.pk,
+            attempt=task.attempt,
+            step=f"step-{number}",
+            idempotency_key=f"k{number}",
+            idempotent=True,
+        )
+        lifecycle.task_effect_applied(
+            task_id=task.pk,
+            attempt=task.attempt,
+            step=f"step-{number}",
+            result={"n": number},
+            external_ref=f"ref-{number}",
+        )
     # Every (audience, self-approval) case stays pending; the rest are answered.
     audiences = [Audience.OPERATOR, Audience.ANY, Audience.CLIENT]
-    specs = [lifecycle.InputSpec(
-        key=f"q{number}", method="elicitation/create",
-        params={"message": f"Question {number}?", "requestedSchema": {
-            "type": "object", "properties": {"ok": {"type": "boolean"}}}},
-        audience=audiences[number % 3], forbid_self_approval=(number // 3) % 2 == 0)
-        for number in range(6 + size * 2)]
+    specs = [
+        lifecycle.InputSpec(
+            key=f"q{number}",
+            method="elicitation/create",
+            params={
+                "message": f"Question {number}?",
+                "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            },
+            audience=audiences[number % 3],
+            forbid_self_approval=(number // 3) % 2 == 0,
+        )
+        for number in range(6 + size * 2)
+    ]
     task = lifecycle.task_request_input(task_id=task.pk, attempt=task.attempt, requests=specs)
     for number in range(6, 6 + size * 2):
-        lifecycle.task_answer_input(task_id=task.pk, key=f"q{number}",
-                                    response={"action": "accept", "content": {"ok": True}},
-                                    actor=Actor.for_user(users["olga"]), via="dashboard")
+        lifecycle.task_answer_input(
+            task_id=task.pk,
+            key=f"q{number}",
+            response={"action": "accept", "content": {"ok": True}},
+            actor=Actor.for_user(users["olga"]),
+            via="dashboard",
+        )
     acme = Tenant.objects.get(slug="acme")
     User = get_user_model()
     for number in range(size):
         grantee = User.objects.create(username=f"member-{task.pk[:6]}-{number}")
         Membership.objects.create(user=grantee, tenant=acme, role=Role.MEMBER)
-        lifecycle.task_grant_delegation(task_id=task.pk, actor=Actor.for_user(users["olga"]),
-                                        grantee=grantee,
-                                        delegation="answer" if number % 2 else "view")
+        lifecycle.task_grant_delegation(
+            task_id=task.pk,
+            actor=Actor.for_user(users["olga"]),
+            grantee=grantee,
+            delegation="answer" if number % 2 else "view",
+        )
     return task
 
 
 @pytest.mark.parametrize("viewer", ["olga", "alice", "carl", "adam"])
-def test_task_detail_queries_do_not_grow_with_rows(cast, client_for, make_task, users, viewer,
-                                                   django_assert_max_num_queries):
+def test_task_detail_queries_do_not_grow_with_rows(
+    cast, client_for, make_task, users, viewer, django_assert_max_num_queries
+):
     small = _busy_task(make_task, users, 1)
     large = _busy_task(make_task, users, 15)
     for task in (small, large):
-        lifecycle.task_grant_delegation(task_id=task.pk, actor=Actor.for_user(users["olga"]),
-                                        grantee=users["adam"], delegation="answer")
+        lifecycle.task_grant_delegation(
+            task_id=task.pk,
+            actor=Actor.for_user(users["olga"]),
+            grantee=users["adam"],
+            delegation="answer",
+        )
     client = client_for(viewer)
     few = queries_of(client, reverse("dashboard:task", args=[small.pk]))
     with django_assert_max_num_queries(DETAIL_MAX):
@@ -143,8 +178,9 @@ def test_task_detail_queries_do_not_grow_with_rows(cast, client_for, make_task, 
     assert live <= few
 
 
-def test_audit_list_queries_do_not_grow_with_rows(cast, client_for, make_task,
-                                                  django_assert_max_num_queries):
+def test_audit_list_queries_do_not_grow_with_rows(
+    cast, client_for, make_task, django_assert_max_num_queries
+):
     carl = client_for("carl")
     make_task("alice")
     before = len(carl.get(reverse("dashboard:audit")).context["page"].rows)

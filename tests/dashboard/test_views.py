@@ -49,9 +49,10 @@ def test_login_and_logout_with_the_cast_credentials(cast):
     client = Client(enforce_csrf_checks=True)
     page = client.get(reverse("dashboard:login"))
     token = page.cookies["csrftoken"].value
-    response = client.post(reverse("dashboard:login"), {
-        "username": "olga", "password": cast["olga"]["password"],
-        "csrfmiddlewaretoken": token})
+    response = client.post(
+        reverse("dashboard:login"),
+        {"username": "olga", "password": cast["olga"]["password"], "csrfmiddlewaretoken": token},
+    )
     assert response.status_code == 302
     inbox = client.get(reverse("dashboard:inbox"))
     assert inbox.status_code == 200 and "olga" in page_text(inbox)
@@ -66,8 +67,9 @@ def test_actions_refuse_a_post_without_csrf_token(cast, users, awaiting):
     task = awaiting("alice")
     client = Client(enforce_csrf_checks=True)
     client.force_login(users["olga"])
-    response = client.post(reverse("dashboard:force_cancel", args=[task.pk]),
-                           {"reason": "x", "confirm": "on"})
+    response = client.post(
+        reverse("dashboard:force_cancel", args=[task.pk]), {"reason": "x", "confirm": "on"}
+    )
     assert response.status_code == 403
     assert Task.objects.get(pk=task.pk).state == TaskState.AWAITING_OPERATOR
 
@@ -96,14 +98,17 @@ def test_tenant_switcher_changes_the_default_tenant_of_the_lists(cast, client_fo
 
 # ---------------------------------------------------------------- inbox
 def test_operator_inbox_lists_approvals_unknown_effects_and_stuck_cancels(
-        cast, client_for, awaiting, unknown_effect, running, users):
+    cast, client_for, awaiting, unknown_effect, running, users
+):
     approval = awaiting("alice")
     effect_task = unknown_effect("bob")
     stuck = running("alice")
-    lifecycle.task_request_cancel(task_id=stuck.pk, actor=lifecycle.Actor.for_user(users["amy"]),
-                                  reason="wrong branch")
+    lifecycle.task_request_cancel(
+        task_id=stuck.pk, actor=lifecycle.Actor.for_user(users["amy"]), reason="wrong branch"
+    )
     Task.objects.filter(pk=stuck.pk).update(
-        cancel_requested_at=Task.objects.get(pk=stuck.pk).cancel_requested_at.replace(year=2020))
+        cancel_requested_at=Task.objects.get(pk=stuck.pk).cancel_requested_at.replace(year=2020)
+    )
     inbox = client_for("olga").get(reverse("dashboard:inbox")).context["inbox"]
     assert [r.task_id for r in inbox.inputs] == [approval.pk]
     assert [e.task_id for e in inbox.unknown_effects] == [effect_task.pk]
@@ -112,8 +117,9 @@ def test_operator_inbox_lists_approvals_unknown_effects_and_stuck_cancels(
     assert 'data-total="3"' in page_text(counts)
 
 
-def test_inbox_shows_the_oldest_items_and_says_there_are_more(cast, client_for, awaiting,
-                                                             monkeypatch):
+def test_inbox_shows_the_oldest_items_and_says_there_are_more(
+    cast, client_for, awaiting, monkeypatch
+):
     from mcptasks import queries
 
     monkeypatch.setattr(queries, "INBOX_LIMIT", 2)
@@ -126,7 +132,8 @@ def test_inbox_shows_the_oldest_items_and_says_there_are_more(cast, client_for, 
 
 
 def test_requester_and_other_members_do_not_get_the_approval_in_their_inbox(
-        cast, client_for, awaiting, unknown_effect):
+    cast, client_for, awaiting, unknown_effect
+):
     awaiting("alice")
     unknown_effect("alice")
     for name in ("alice", "adam", "amy", "carl", "bob"):
@@ -135,7 +142,8 @@ def test_requester_and_other_members_do_not_get_the_approval_in_their_inbox(
 
 
 def test_any_audience_requests_reach_their_owner_but_not_a_self_approval_gate(
-        cast, client_for, awaiting):
+    cast, client_for, awaiting
+):
     mine = awaiting("alice", audience="any", forbid_self_approval=False, key="choice")
     awaiting("alice", audience="any", forbid_self_approval=True, key="gate")
     inbox = client_for("alice").get(reverse("dashboard:inbox")).context["inbox"]
@@ -150,9 +158,15 @@ def test_operator_approves_through_the_generated_form(cast, client_for, awaiting
     html = page_text(form_page)
     assert 'name="content-approve"' in html and 'type="checkbox"' in html
     assert 'name="content-comment"' in html and 'value="accept"' in html
-    response = olga.post(reverse("dashboard:answer", args=[task.pk, "approval"]), {
-        "content-approve": "on", "content-comment": "ship it",
-        "decision-comment": "checked the change log", "decision-action": "accept"})
+    response = olga.post(
+        reverse("dashboard:answer", args=[task.pk, "approval"]),
+        {
+            "content-approve": "on",
+            "content-comment": "ship it",
+            "decision-comment": "checked the change log",
+            "decision-action": "accept",
+        },
+    )
     assert response.status_code == 302
     request = InputRequest.objects.get(task=task, key="approval")
     assert request.state == "answered" and request.answered_via == "dashboard"
@@ -168,51 +182,74 @@ def test_operator_approves_through_the_generated_form(cast, client_for, awaiting
 
 def test_a_sampling_request_for_operators_is_answered_as_json(cast, client_for, running):
     task = running("alice")
-    lifecycle.task_request_input(task_id=task.pk, attempt=task.attempt, requests=[
-        lifecycle.InputSpec(key="draft", method="sampling/createMessage", audience="operator",
-                            params={"messages": [], "maxTokens": 10})])
+    lifecycle.task_request_input(
+        task_id=task.pk,
+        attempt=task.attempt,
+        requests=[
+            lifecycle.InputSpec(
+                key="draft",
+                method="sampling/createMessage",
+                audience="operator",
+                params={"messages": [], "maxTokens": 10},
+            )
+        ],
+    )
     olga = client_for("olga")
     url = reverse("dashboard:answer", args=[task.pk, "draft"])
     assert "Send response" in page_text(olga.get(url))
     refused = olga.post(url, {"response": '{"text": "no role"}', "decision-action": "accept"})
     assert refused.status_code == 422 and "role and content" in page_text(refused)
-    olga.post(url, {"response": '{"role": "assistant", "content": {"type": "text", '
-                                '"text": "hi"}, "model": "human"}',
-                    "decision-action": "accept"})
+    olga.post(
+        url,
+        {
+            "response": '{"role": "assistant", "content": {"type": "text", '
+            '"text": "hi"}, "model": "human"}',
+            "decision-action": "accept",
+        },
+    )
     assert InputRequest.objects.get(task=task).response["model"] == "human"
 
 
 def test_decline_needs_no_content(cast, client_for, awaiting):
     task = awaiting("alice")
-    response = client_for("olga").post(reverse("dashboard:answer", args=[task.pk, "approval"]),
-                                       {"decision-action": "decline"})
+    response = client_for("olga").post(
+        reverse("dashboard:answer", args=[task.pk, "approval"]), {"decision-action": "decline"}
+    )
     assert response.status_code == 302
     assert InputRequest.objects.get(task=task).response == {"action": "decline"}
 
 
 def test_an_answer_that_does_not_fit_the_schema_is_refused_and_stays_pending(
-        cast, client_for, awaiting):
-    schema = {"type": "object", "properties": {"replicas": {"type": "integer", "minimum": 1}},
-              "required": ["replicas"]}
+    cast, client_for, awaiting
+):
+    schema = {
+        "type": "object",
+        "properties": {"replicas": {"type": "integer", "minimum": 1}},
+        "required": ["replicas"],
+    }
     task = awaiting("alice", schema=schema)
     response = client_for("olga").post(
         reverse("dashboard:answer", args=[task.pk, "approval"]),
-        {"content-replicas": "0", "decision-action": "accept"})
+        {"content-replicas": "0", "decision-action": "accept"},
+    )
     assert response.status_code == 422
     assert "greater than or equal to 1" in page_text(response)
     assert InputRequest.objects.get(task=task).state == "pending"
 
 
 def test_requester_cannot_approve_their_own_deployment_and_the_page_says_why(
-        cast, client_for, awaiting):
+    cast, client_for, awaiting
+):
     task = awaiting("alice")
     alice = client_for("alice")
     page = alice.get(reverse("dashboard:answer", args=[task.pk, "approval"]))
     assert page.status_code == 403
     html = page_text(page)
     assert "forbids self-approval" in html and 'name="content-approve"' not in html
-    response = alice.post(reverse("dashboard:answer", args=[task.pk, "approval"]),
-                          {"content-approve": "on", "decision-action": "accept"})
+    response = alice.post(
+        reverse("dashboard:answer", args=[task.pk, "approval"]),
+        {"content-approve": "on", "decision-action": "accept"},
+    )
     assert response.status_code == 403
     assert InputRequest.objects.get(task=task).state == "pending"
     detail = page_text(alice.get(reverse("dashboard:task", args=[task.pk])))
@@ -223,8 +260,12 @@ def test_a_member_who_is_not_named_cannot_answer(cast, client_for, awaiting):
     task = awaiting("alice")
     adam = client_for("adam")
     assert adam.get(reverse("dashboard:task", args=[task.pk])).status_code == 404
-    assert adam.post(reverse("dashboard:answer", args=[task.pk, "approval"]),
-                     {"decision-action": "accept"}).status_code == 404
+    assert (
+        adam.post(
+            reverse("dashboard:answer", args=[task.pk, "approval"]), {"decision-action": "accept"}
+        ).status_code
+        == 404
+    )
 
 
 def test_answering_twice_is_refused_with_a_message(cast, client_for, awaiting):
@@ -266,32 +307,37 @@ def test_force_cancel_needs_reason_and_confirmation(cast, client_for, running):
 
 def test_members_cannot_force_cancel(cast, client_for, running):
     task = running("alice")
-    response = client_for("alice").post(reverse("dashboard:force_cancel", args=[task.pk]),
-                                        {"reason": "mine", "confirm": "on"})
+    response = client_for("alice").post(
+        reverse("dashboard:force_cancel", args=[task.pk]), {"reason": "mine", "confirm": "on"}
+    )
     assert response.status_code == 403
     assert Task.objects.get(pk=task.pk).state == TaskState.RUNNING
 
 
-def test_force_cancel_mid_effect_leaves_it_in_the_reconciliation_queue(
-        cast, client_for, running):
+def test_force_cancel_mid_effect_leaves_it_in_the_reconciliation_queue(cast, client_for, running):
     task = running("alice")
-    lifecycle.task_effect_intended(task_id=task.pk, attempt=task.attempt, step="rollout",
-                                   idempotency_key="k", idempotent=False)
+    lifecycle.task_effect_intended(
+        task_id=task.pk, attempt=task.attempt, step="rollout", idempotency_key="k", idempotent=False
+    )
     olga = client_for("olga")
-    olga.post(reverse("dashboard:force_cancel", args=[task.pk]),
-              {"reason": "runaway", "confirm": "on"})
+    olga.post(
+        reverse("dashboard:force_cancel", args=[task.pk]), {"reason": "runaway", "confirm": "on"}
+    )
     inbox = olga.get(reverse("dashboard:inbox")).context["inbox"]
     [effect] = inbox.unknown_effects
     assert effect.task_id == task.pk
-    olga.post(reverse("dashboard:reconcile", args=[effect.pk]),
-              {"decision": "applied", "external_ref": "rollout-42", "note": "saw it live"})
+    olga.post(
+        reverse("dashboard:reconcile", args=[effect.pk]),
+        {"decision": "applied", "external_ref": "rollout-42", "note": "saw it live"},
+    )
     assert Effect.objects.get(pk=effect.pk).state == EffectState.RECONCILED_APPLIED
     assert Task.objects.get(pk=task.pk).state == TaskState.CANCELLED  # terminal stays
 
 
 # ---------------------------------------------------------------- reconcile
 def test_reconcile_not_applied_requeues_the_task_and_shows_in_the_timeline(
-        cast, client_for, unknown_effect):
+    cast, client_for, unknown_effect
+):
     task = unknown_effect("alice")
     effect = Effect.objects.get(task=task)
     olga = client_for("olga")
@@ -299,8 +345,9 @@ def test_reconcile_not_applied_requeues_the_task_and_shows_in_the_timeline(
     assert "Reconcile rollout" in detail
     url = reverse("dashboard:reconcile", args=[effect.pk])
     assert olga.post(url, {"decision": "not_applied", "note": ""}).status_code == 422
-    response = olga.post(url, {"decision": "not_applied", "note": "no trace downstream"},
-                         follow=True)
+    response = olga.post(
+        url, {"decision": "not_applied", "note": "no trace downstream"}, follow=True
+    )
     assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
     assert "rollout: not applied" in page_text(response)
     [event] = events(task, "effect.reconciled")
@@ -313,8 +360,9 @@ def test_reconcile_not_applied_requeues_the_task_and_shows_in_the_timeline(
 def test_reconcile_applied_needs_the_external_reference(cast, client_for, unknown_effect):
     task = unknown_effect("alice")
     effect = Effect.objects.get(task=task)
-    response = client_for("olga").post(reverse("dashboard:reconcile", args=[effect.pk]),
-                                       {"decision": "applied", "note": "seen"})
+    response = client_for("olga").post(
+        reverse("dashboard:reconcile", args=[effect.pk]), {"decision": "applied", "note": "seen"}
+    )
     assert response.status_code == 422
     assert Effect.objects.get(pk=effect.pk).state == EffectState.UNKNOWN
 
@@ -333,28 +381,37 @@ def test_members_and_auditors_cannot_reconcile(cast, client_for, unknown_effect)
 def test_named_approver_gets_the_approval_and_answers_it(cast, client_for, awaiting, users):
     task = awaiting("alice")
     olga = client_for("olga")
-    response = olga.post(reverse("dashboard:grant", args=[task.pk]),
-                         {"grantee": str(users["adam"].pk), "delegation": "answer"}, follow=True)
+    response = olga.post(
+        reverse("dashboard:grant", args=[task.pk]),
+        {"grantee": str(users["adam"].pk), "delegation": "answer"},
+        follow=True,
+    )
     assert "adam as approver" in page_text(response)  # the timeline
     [granted] = events(task, "delegation.granted")
     assert granted.data["grantee"] == "adam"
     adam = client_for("adam")
     inbox = adam.get(reverse("dashboard:inbox")).context["inbox"]
     assert [r.task_id for r in inbox.inputs] == [task.pk]
-    adam.post(reverse("dashboard:answer", args=[task.pk, "approval"]),
-              {"content-approve": "on", "decision-action": "accept"})
+    adam.post(
+        reverse("dashboard:answer", args=[task.pk, "approval"]),
+        {"content-approve": "on", "decision-action": "accept"},
+    )
     request = InputRequest.objects.get(task=task)
     assert request.answered_by == users["adam"] and request.state == "answered"
-    olga.post(reverse("dashboard:revoke", args=[task.pk]),
-              {"grantee": str(users["adam"].pk), "delegation": "answer"})
+    olga.post(
+        reverse("dashboard:revoke", args=[task.pk]),
+        {"grantee": str(users["adam"].pk), "delegation": "answer"},
+    )
     assert events(task, "delegation.revoked")
     assert adam.get(reverse("dashboard:task", args=[task.pk])).status_code == 404
 
 
 def test_delegations_go_only_to_members_of_the_tasks_tenant(cast, client_for, awaiting, users):
     task = awaiting("alice")
-    response = client_for("olga").post(reverse("dashboard:grant", args=[task.pk]),
-                                       {"grantee": str(users["bob"].pk), "delegation": "answer"})
+    response = client_for("olga").post(
+        reverse("dashboard:grant", args=[task.pk]),
+        {"grantee": str(users["bob"].pk), "delegation": "answer"},
+    )
     assert response.status_code == 302
     assert not events(task, "delegation.granted")
 
@@ -364,15 +421,18 @@ def test_other_tenants_urls_answer_404(cast, client_for, awaiting, unknown_effec
     globex_task = awaiting("bob")
     globex_effect = Effect.objects.get(task=unknown_effect("bob"))
     alice = client_for("alice")
-    for url in (reverse("dashboard:task", args=[globex_task.pk]),
-                reverse("dashboard:task", args=[globex_task.pk]) + "?fragment=live",
-                reverse("dashboard:answer", args=[globex_task.pk, "approval"]),
-                reverse("dashboard:reconcile", args=[globex_effect.pk]),
-                reverse("dashboard:task", args=["no-such-task"])):
+    for url in (
+        reverse("dashboard:task", args=[globex_task.pk]),
+        reverse("dashboard:task", args=[globex_task.pk]) + "?fragment=live",
+        reverse("dashboard:answer", args=[globex_task.pk, "approval"]),
+        reverse("dashboard:reconcile", args=[globex_effect.pk]),
+        reverse("dashboard:task", args=["no-such-task"]),
+    ):
         assert alice.get(url).status_code == 404, url
     for name in ("cancel", "force_cancel", "grant", "revoke"):
-        response = alice.post(reverse(f"dashboard:{name}", args=[globex_task.pk]),
-                              {"reason": "x", "confirm": "on"})
+        response = alice.post(
+            reverse(f"dashboard:{name}", args=[globex_task.pk]), {"reason": "x", "confirm": "on"}
+        )
         assert response.status_code == 404, name
     assert alice.get(reverse("dashboard:task_row", args=[globex_task.pk])).status_code == 204
     assert Task.objects.get(pk=globex_task.pk).state == TaskState.AWAITING_OPERATOR
@@ -451,23 +511,35 @@ def test_all_tenants_list_merges_each_tenants_newest_in_order(cast, make_task, u
     for number in range(7):
         made.append(make_task("alice" if number % 2 else "bob").pk)
         if number == 3:  # carl's own task, in a tenant where he is only a member
-            own, _ = lifecycle.task_create(spec=lifecycle.NewTask(
-                tenant_id=initech.pk, principal_id=users["carl"].pk, tool_name="echo_task",
-                arguments={}, policy_revision="test"), actor=Actor.for_user(users["carl"]))
+            own, _ = lifecycle.task_create(
+                spec=lifecycle.NewTask(
+                    tenant_id=initech.pk,
+                    principal_id=users["carl"].pk,
+                    tool_name="echo_task",
+                    arguments={},
+                    policy_revision="test",
+                ),
+                actor=Actor.for_user(users["carl"]),
+            )
             made.append(own.pk)
     newest_first = list(reversed(made))
     for viewer, expected in (("olga", newest_first), ("carl", newest_first)):
         seen, cursor = [], None
         while True:
-            page = queries.task_page(users[viewer], queries.TaskFilters(), older_than=cursor,
-                                     limit=3)
+            page = queries.task_page(
+                users[viewer], queries.TaskFilters(), older_than=cursor, limit=3
+            )
             seen += [task.pk for task in page.rows]
             if page.older is None:
                 break
             cursor = page.older
         assert seen == expected, viewer
-    back = queries.task_page(users["olga"], queries.TaskFilters(), newer_than=encode(
-        Task.objects.get(pk=newest_first[5])), limit=3)
+    back = queries.task_page(
+        users["olga"],
+        queries.TaskFilters(),
+        newer_than=encode(Task.objects.get(pk=newest_first[5])),
+        limit=3,
+    )
     assert [task.pk for task in back.rows] == newest_first[2:5]
 
 
@@ -479,8 +551,9 @@ def encode(task: Task) -> str:
 
 def test_htmx_requests_get_the_results_alone(cast, client_for, make_task):
     make_task("alice")
-    response = client_for("olga").get(reverse("dashboard:tasks"), headers={
-        "HX-Request": "true", "HX-Target": "task-results"})
+    response = client_for("olga").get(
+        reverse("dashboard:tasks"), headers={"HX-Request": "true", "HX-Target": "task-results"}
+    )
     html = page_text(response)
     assert html.lstrip().startswith('<div id="task-results"') and "<header" not in html
 
@@ -495,8 +568,7 @@ def test_live_row_respects_the_lists_filters(cast, client_for, make_task):
 
 
 def test_detail_shows_redacted_arguments_binding_and_result(cast, client_for, make_task):
-    task = make_task("alice", arguments={"service": "web",
-                                         "db_password": "hunter2-very-secret"})
+    task = make_task("alice", arguments={"service": "web", "db_password": "hunter2-very-secret"})
     html = page_text(client_for("alice").get(reverse("dashboard:task", args=[task.pk])))
     assert "hunter2-very-secret" not in html and "[REDACTED]" in html
     assert task.argument_digest in html and task.server_build in html
@@ -507,8 +579,7 @@ def test_detail_shows_redacted_arguments_binding_and_result(cast, client_for, ma
 def test_audit_pages_for_auditors_operators_and_tenant_admins_only(cast, client_for, make_task):
     make_task("alice")
     make_task("bob")
-    for name, status in (("alice", 403), ("bob", 403), ("amy", 200), ("carl", 200),
-                         ("olga", 200)):
+    for name, status in (("alice", 403), ("bob", 403), ("amy", 200), ("carl", 200), ("olga", 200)):
         assert client_for(name).get(reverse("dashboard:audit")).status_code == status, name
     amy = client_for("amy").get(reverse("dashboard:audit"), {"tenant": "*"})
     assert {e.chain for e in amy.context["page"].rows} == {"tenant:acme"}
@@ -519,8 +590,9 @@ def test_audit_pages_for_auditors_operators_and_tenant_admins_only(cast, client_
 def test_audit_event_of_another_tenant_answers_404(cast, client_for, make_task):
     globex = make_task("bob")
     event = AuditEvent.objects.filter(task_id=globex.pk).first()
-    assert client_for("amy").get(reverse("dashboard:audit_event", args=[event.pk])) \
-        .status_code == 404
+    assert (
+        client_for("amy").get(reverse("dashboard:audit_event", args=[event.pk])).status_code == 404
+    )
     page = client_for("carl").get(reverse("dashboard:audit_event", args=[event.pk]))
     assert page.status_code == 200 and event.hash in page_text(page)
 
@@ -542,12 +614,12 @@ def test_audit_list_filters_by_action_task_and_actor(cast, client_for, make_task
 
 
 def test_audit_export_downloads_events_with_a_signed_manifest_that_verifies(
-        cast, client_for, make_task):
+    cast, client_for, make_task
+):
     make_task("alice")
     make_task("bob")
     carl = client_for("carl")
-    response = carl.post(reverse("dashboard:audit_export"), {"tenant": "acme",
-                                                             "format": "jsonl"})
+    response = carl.post(reverse("dashboard:audit_export"), {"tenant": "acme", "format": "jsonl"})
     assert response.status_code == 200 and response["Content-Type"] == "application/zip"
     with pytest.warns(Warning, match="asynchronous iterators"):  # served async under ASGI
         body = b"".join(response)
@@ -562,19 +634,20 @@ def test_audit_export_downloads_events_with_a_signed_manifest_that_verifies(
     assert manifest["filters"]["chain"] == "tenant:acme" and manifest["count"] == len(rows)
     assert all(json.loads(row)["chain"] == "tenant:acme" for row in rows)
     assert AuditEvent.objects.filter(action="audit.exported", actor_display="carl").exists()
-    verified = carl.post(reverse("dashboard:audit_verify"),
-                         {"archive": _upload(body, "export.zip")})
+    verified = carl.post(
+        reverse("dashboard:audit_verify"), {"archive": _upload(body, "export.zip")}
+    )
     assert 'data-export-verdict="ok"' in page_text(verified)
-    refused = carl.post(reverse("dashboard:audit_verify"),
-                        {"archive": _upload(_edited(body, data_name), "bad.zip")})
+    refused = carl.post(
+        reverse("dashboard:audit_verify"), {"archive": _upload(_edited(body, data_name), "bad.zip")}
+    )
     assert 'data-export-verdict="bad"' in page_text(refused)
 
 
 def _edited(archive_bytes: bytes, data_name: str) -> bytes:
     """The archive with one byte of its events changed."""
     out = io.BytesIO()
-    with zipfile.ZipFile(io.BytesIO(archive_bytes)) as source, \
-            zipfile.ZipFile(out, "w") as target:
+    with zipfile.ZipFile(io.BytesIO(archive_bytes)) as source, zipfile.ZipFile(out, "w") as target:
         for name in source.namelist():
             content = source.read(name)
             if name == data_name:
@@ -592,8 +665,7 @@ def _upload(content: bytes, name: str):
 def test_tenant_admin_cannot_export_another_tenant(cast, client_for, make_task):
     make_task("bob")
     amy = client_for("amy")
-    response = amy.post(reverse("dashboard:audit_export"), {"tenant": "globex",
-                                                            "format": "csv"})
+    response = amy.post(reverse("dashboard:audit_export"), {"tenant": "globex", "format": "csv"})
     assert response.status_code == 422  # globex is not one of amy's choices
     assert not AuditEvent.objects.filter(action="audit.exported").exists()
 
@@ -607,16 +679,23 @@ def test_verify_view_reports_each_readable_chain(cast, client_for, make_task):
     assert [row["chain"] for row in rows] == ["tenant:acme"]
     assert rows[0]["report"].ok
     assert "intact" in page_text(page)
-    assert amy.post(reverse("dashboard:audit_verify"),
-                    {"chain": "tenant:globex"}).status_code == 404
+    assert (
+        amy.post(reverse("dashboard:audit_verify"), {"chain": "tenant:globex"}).status_code == 404
+    )
 
 
 # ---------------------------------------------------------------- API tokens
 def test_tenant_admin_issues_a_token_shown_once_and_it_is_audited(cast, client_for, users):
     amy = client_for("amy")
-    response = amy.post(reverse("dashboard:tokens"), {
-        "name": "ci bot", "owner": str(users["alice"].pk), "scopes": ["mcp", "api"],
-        "expires_in_days": "30"})
+    response = amy.post(
+        reverse("dashboard:tokens"),
+        {
+            "name": "ci bot",
+            "owner": str(users["alice"].pk),
+            "scopes": ["mcp", "api"],
+            "expires_in_days": "30",
+        },
+    )
     assert response.status_code == 200 and response["Cache-Control"] == "no-store"
     secret = response.context["issued"]["plaintext"]
     assert secret.startswith("mcpt_") and secret in page_text(response)
@@ -629,9 +708,15 @@ def test_tenant_admin_issues_a_token_shown_once_and_it_is_audited(cast, client_f
 
 def test_members_do_not_issue_tokens_and_revoke_only_their_own(cast, client_for, users):
     alice = client_for("alice")
-    response = alice.post(reverse("dashboard:tokens"), {
-        "name": "mine", "owner": str(users["alice"].pk), "scopes": ["mcp"],
-        "expires_in_days": "30"})
+    response = alice.post(
+        reverse("dashboard:tokens"),
+        {
+            "name": "mine",
+            "owner": str(users["alice"].pk),
+            "scopes": ["mcp"],
+            "expires_in_days": "30",
+        },
+    )
     assert response.status_code == 403
     adams = ApiToken.objects.get(user=users["adam"])
     assert alice.post(reverse("dashboard:token_revoke", args=[adams.pk])).status_code == 404
@@ -640,5 +725,6 @@ def test_members_do_not_issue_tokens_and_revoke_only_their_own(cast, client_for,
     assert ApiToken.objects.get(pk=own.pk).revoked_at is not None
     assert AuditEvent.objects.filter(action="token.revoked", actor_display="alice").exists()
     bobs = ApiToken.objects.get(user=users["bob"])
-    assert client_for("amy").post(reverse("dashboard:token_revoke", args=[bobs.pk])) \
-        .status_code == 404
+    assert (
+        client_for("amy").post(reverse("dashboard:token_revoke", args=[bobs.pk])).status_code == 404
+    )
