@@ -123,7 +123,7 @@ def main() -> int:
                       flush=True)
         kill_loop.count_calls(conn, records)
         task_ids = [r.task_id for r in records]
-        problems = checks.outcome_problems(task_ids, conn, steps=kill_loop.TOOL_ARGUMENTS["steps"],
+        problems = checks.outcome_problems(task_ids, conn, steps=kill_loop.STEPS,
                                            sleeps=True)
         gaps = checks.audit_gaps()
         stale = sum(cluster.stale_warnings().values())

@@ -10,7 +10,7 @@ from typing import Any
 def task_rows(task_ids: list[str]) -> dict[str, dict[str, Any]]:
     from mcptasks.models import Task
 
-    return {row["id"]: row for row in Task.objects.filter(pk__in=task_ids).values(
+    return {row["id"]: dict(row) for row in Task.objects.filter(pk__in=task_ids).values(
         "id", "state", "attempt", "version", "result", "error", "lease_owner",
         "lease_expires_at", "cancel_requested_at", "wake_at", "updated_at")}
 

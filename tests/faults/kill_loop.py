@@ -16,7 +16,8 @@ from tests.faults.harness import SETTLE_S, Cluster, FaultTasks, wait_for
 
 # Five idempotent effects with four durable sleeps between them: about 2–3 s of work spread over
 # five claims, so a kill lands in an effect, in a sleep's bookkeeping, in a claim or in a wake.
-TOOL_ARGUMENTS = {"steps": 5, "sleep_s": 0.1, "work_s": 0.1}
+STEPS = 5
+TOOL_ARGUMENTS: dict[str, Any] = {"steps": STEPS, "sleep_s": 0.1, "work_s": 0.1}
 KILL_WINDOW_S = 1.5
 # Share of kills that take the whole worker (master and pool) down instead of its pool child.
 WORKER_KILL_SHARE = 0.3
@@ -100,7 +101,7 @@ def count_calls(conn: Any, records: list[KillRecord]) -> None:
 
 
 def summary(records: list[KillRecord], missed: int, stale: int, wall_s: float) -> str:
-    steps = TOOL_ARGUMENTS["steps"]
+    steps = STEPS
     modes = {m: sum(1 for r in records if r.mode == m) for m in ("child", "worker")}
     reruns = sum(r.downstream_calls - steps for r in records)
     hit = sum(1 for r in records if r.requeues)

@@ -32,7 +32,7 @@ def test_two_workers_run_every_step_exactly_once(
                                    sleep_s=0.05, work_s=0.01)
                 for n in range(TASKS)]
     created_s = time.monotonic() - started
-    wait_for(lambda: checks.all_terminal(task_ids), 60 + TASKS * 0.5, f"{TASKS} tasks to end",
+    wait_for(lambda: checks.all_terminal(task_ids), 120 + TASKS * 1.5, f"{TASKS} tasks to end",
              interval=0.5)
     elapsed = time.monotonic() - started
 

@@ -40,7 +40,7 @@ def test_killed_workers_lose_no_step_and_every_task_ends(
     task_ids = [r.task_id for r in records]
 
     problems = checks.outcome_problems(task_ids, fault_db,
-                                        steps=kill_loop.TOOL_ARGUMENTS["steps"], sleeps=True)
+                                        steps=kill_loop.STEPS, sleeps=True)
     problems += checks.audit_gaps()
     stale = sum(cluster.stale_warnings().values())
     print("\n" + kill_loop.summary(records, missed, stale, time.monotonic() - started))

@@ -49,7 +49,7 @@ def test_redis_outage_loses_no_task(make_cluster: Any, private_redis: harness.Pr
     private_redis.start()
     restarted_at = time.monotonic()
 
-    wait_for(lambda: checks.all_terminal(task_ids), 120 + TASKS, "every task to end",
+    wait_for(lambda: checks.all_terminal(task_ids), 120 + 2 * TASKS, "every task to end",
              interval=0.5)
     recovered_s = time.monotonic() - restarted_at
     calls = downstream.calls_per_key(fault_db, task_ids)
