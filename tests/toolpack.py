@@ -452,3 +452,41 @@ def secret_question(ctx: ToolContext) -> str:
             {"type": "object", "properties": {"username": {"type": "string"},
                                               "password": {"type": "string"}}})
     return "unreachable"
+
+
+# ---------------------------------------------------------------- issue 6: effects, approvals
+# tests/effects/ and scripts/effect_crash_loop.py kill a worker at a marked point of
+# effect_crash's first effect (tests/effects/downstream.py: the demo's fake cloud plus marks).
+@tool(policy="task", ttl_ms=1_800_000)
+def effect_crash(ctx: ToolContext, idempotent: bool = True, hold: str = "",
+                 hold_s: float = 60.0) -> dict[str, Any]:
+    """Charge through the fake cloud (holding the first time at ``hold``: "before" or "after"
+    the downstream call), then record an idempotent receipt: the step after it."""
+    from tests.effects.downstream import cloud
+
+    charge = ctx.effect("charge", lambda key: cloud.charge(key, hold=hold, hold_s=hold_s),
+                        idempotent=idempotent)
+    receipt = ctx.effect("receipt", lambda key: cloud.charge(key), idempotent=True)
+    return {"charge": charge, "receipt": receipt}
+
+
+@tool(policy="task")
+def any_self_approval_gate(ctx: ToolContext) -> str:
+    """An approval anyone with the right may give on any channel (MCP included) — but never
+    the requester (audience ``any``, no self-approval)."""
+    answer = ctx.ask("approval", "Approve?", OK_ONLY, audience="any", forbid_self_approval=True)
+    return f"approved={answer.content.get('ok')}"
+
+
+@tool(policy="task")
+def resume_across_builds(ctx: ToolContext) -> str:
+    """Ask the client once; resumes under whatever build answers (the default rule)."""
+    ctx.ask("go", "Go on?", OK_ONLY)
+    return "resumed"
+
+
+@tool(policy="task", on_build_change="fail")
+def resume_same_build_only(ctx: ToolContext) -> str:
+    """Ask the client once; refuses to resume under another server build or policy."""
+    ctx.ask("go", "Go on?", OK_ONLY)
+    return "resumed"
