@@ -56,14 +56,16 @@ def _visible_ids(user: Any, task_ids: list[str]) -> list[str]:
         close_old_connections()
 
 
-def _snapshot(user: Any, task_ids: list[str]) -> dict[str, tuple[int, bool, dict[str, Any]]]:
-    """``{task id: (version, terminal, DetailedTask)}`` read through the viewer's access."""
+def _snapshot(user: Any, task_ids: list[str], capabilities: dict[str, Any]
+              ) -> dict[str, tuple[int, bool, dict[str, Any]]]:
+    """``{task id: (version, terminal, DetailedTask)}`` read through the viewer's access, with
+    the input requests the listen request's capabilities can take — what its tasks/get shows."""
     try:
         found: dict[str, tuple[int, bool, dict[str, Any]]] = {}
         for task in Task.objects.select_related("tenant").filter(pk__in=task_ids):
             if access.can(user, access.Action.VIEW, task):
                 found[task.pk] = (task.version, task.state in TERMINAL_STATES,
-                                  detailed_for(user, task))
+                                  detailed_for(user, task, capabilities))
         return found
     finally:
         close_old_connections()
@@ -134,15 +136,17 @@ class ListenStream:
     async def _deliver(self, send: Any, user: Any, task_ids: list[str],
                        notified_version: int | None = None, since: float | None = None) -> None:
         read = sync_to_async(_snapshot, thread_sensitive=False)
+        capabilities = self.call.capabilities
+        viewer = (user.pk, json.dumps(capabilities, sort_keys=True, default=str))
         if notified_version is not None and len(task_ids) == 1:
             # Every stream of this viewer notified of this version shares one read.
-            snapshot = await hub().shared((user.pk, task_ids[0], notified_version),
-                                          lambda: read(user, task_ids))
+            snapshot = await hub().shared((*viewer, task_ids[0], notified_version),
+                                          lambda: read(user, task_ids, capabilities))
         elif since is not None:
-            snapshot = await hub().fresh(("snapshot", user.pk, tuple(task_ids)), since,
-                                         lambda: read(user, task_ids))
+            snapshot = await hub().fresh(("snapshot", *viewer, tuple(task_ids)), since,
+                                         lambda: read(user, task_ids, capabilities))
         else:
-            snapshot = await read(user, task_ids)
+            snapshot = await read(user, task_ids, capabilities)
         for task_id in task_ids:
             if task_id not in snapshot:
                 self.done.add(task_id)  # purged or no longer visible: nothing more to send
