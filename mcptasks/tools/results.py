@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema
-
+from mcptasks.tools.answers import offline_validator
 from mcptasks.tools.registry import ToolDef
 
 
@@ -31,7 +30,7 @@ def to_call_tool_result(value: Any, tool_def: ToolDef) -> dict[str, Any]:
     if tool_def.output_schema is not None:
         if "structuredContent" not in result:
             raise ValueError("a tool with an outputSchema must return structured content")
-        jsonschema.Draft202012Validator(tool_def.output_schema).validate(
+        offline_validator(tool_def.output_schema).validate(
             result["structuredContent"])
     json.dumps(result)  # raises TypeError for values JSON cannot carry
     return {"resultType": "complete", **result}
