@@ -75,15 +75,6 @@ def cluster(transactional_db: None, fault_settings: Any, workdir: Path, fake_clo
     cluster.stop_all()
 
 
-def start_cluster(cluster: harness.Cluster, concurrency: int = 4) -> None:
-    """Two prefork workers of ``concurrency`` pool processes each, and beat."""
-    workers = [cluster.start_worker(name, concurrency=concurrency, wait=False)
-               for name in ("A", "B")]
-    for worker in workers:
-        worker.wait_log(r" ready\.")
-    cluster.start_beat()
-
-
 @pytest.fixture
 def olga_actor(users: dict[str, Any]) -> Any:
     from audit.record import Actor

@@ -110,6 +110,15 @@ class EffectTasks:
             for number, scenario in enumerate(scenarios)]
 
 
+def start_cluster(cluster: Cluster, concurrency: int = 4) -> None:
+    """Two prefork workers of ``concurrency`` pool processes each, and beat."""
+    workers = [cluster.start_worker(name, concurrency=concurrency, wait=False)
+               for name in ("A", "B")]
+    for worker in workers:
+        worker.wait_log(r" ready\.")
+    cluster.start_beat()
+
+
 # ---------------------------------------------------------------- reading the records
 def effect_states(task_ids: list[str], step: str = STEP) -> dict[str, str]:
     from mcptasks.models import Effect

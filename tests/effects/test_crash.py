@@ -18,7 +18,6 @@ from audit.record import Actor
 from mcptasks import access, lifecycle
 from mcptasks.models import Effect, EffectState, Task
 from tests.effects import crash
-from tests.effects.conftest import start_cluster
 from tests.effects.downstream import AFTER, cloud
 from tests.faults import harness
 from tests.faults.harness import wait_for
@@ -37,7 +36,7 @@ def effect_tasks(cast: dict[str, dict[str, Any]]) -> crash.EffectTasks:
 
 def test_killed_effects_complete_once_or_wait_for_olga(
         cluster: harness.Cluster, effect_tasks: crash.EffectTasks, olga_actor: Any) -> None:
-    start_cluster(cluster)
+    crash.start_cluster(cluster)
     started = time.monotonic()
     scenarios = [scenario for _ in range(KILLS) for scenario in crash.SCENARIOS]
     iterations = crash.run(cluster, effect_tasks, scenarios, olga_actor, timeout=TIMEOUT_S)
@@ -52,7 +51,7 @@ def test_unknown_effects_fail_or_outlive_a_cancel_and_are_decided_once(
         cluster: harness.Cluster, effect_tasks: crash.EffectTasks, olga_actor: Any,
         users: dict[str, Any], mcp_for: Callable[[str], Any],
         audit_of: Callable[..., list[tuple[str, str, dict[str, Any]]]]) -> None:
-    start_cluster(cluster)
+    crash.start_cluster(cluster)
     killed = crash.Scenario(idempotent=False, hold="before")
     to_fail, to_force_cancel, to_cancel = effect_tasks.start([killed] * 3)
     crash.kill_at_marks(cluster, [to_fail, to_force_cancel, to_cancel], TIMEOUT_S)
@@ -105,7 +104,7 @@ def test_unknown_effects_fail_or_outlive_a_cancel_and_are_decided_once(
 def test_force_cancel_mid_effect_leaves_an_unknown_effect_that_is_only_recorded(
         cluster: harness.Cluster, effect_tasks: crash.EffectTasks, olga_actor: Any,
         audit_of: Callable[..., list[tuple[str, str, dict[str, Any]]]]) -> None:
-    start_cluster(cluster)
+    crash.start_cluster(cluster)
     hold_s = 3.0
     task_id = effect_tasks.create(idempotent=False, hold="after", hold_s=hold_s)
     key = f"{task_id}:{crash.STEP}"
