@@ -49,6 +49,8 @@ from mcptasks.tools.context import (
     ToolContext,
     ToolDefinitionError,
     ToolError,
+    declares_input_kind,
+    form_secret_fields,
 )
 from mcptasks.tools.registry import ToolDef, registry
 from mcptasks.tools.results import to_call_tool_result
@@ -185,10 +187,16 @@ class TaskContext(ToolContext):
             self._step(key, "ask")
         specs = []
         for key, question in questions.items():
+            secret = form_secret_fields(question.schema)
+            if secret:
+                raise ToolDefinitionError(
+                    f"question {key!r} asks for {', '.join(secret)} in a form: form "
+                    "elicitation must never request secrets (PROTOCOL §3.4)")
             if key in self.inputs:
                 continue
             audience = question.audience
-            if audience in (Audience.CLIENT, Audience.ANY) and "elicitation" not in self.capabilities:
+            if audience in (Audience.CLIENT, Audience.ANY) and not declares_input_kind(
+                    self.capabilities, ELICIT, question.params()):
                 if audience == Audience.CLIENT and not self.tool.operator_fallback:
                     raise MissingCapability("elicitation")
                 audience = Audience.OPERATOR

@@ -490,3 +490,11 @@ def resume_same_build_only(ctx: ToolContext) -> str:
     """Ask the client once; refuses to resume under another server build or policy."""
     ctx.ask("go", "Go on?", OK_ONLY)
     return "resumed"
+
+
+@tool(policy="task")
+def asks_for_a_password(ctx: ToolContext) -> str:
+    """Misdefined on purpose: a form may never ask for a secret."""
+    answer = ctx.ask("login", "Log in", {"type": "object",
+                                         "properties": {"password": {"type": "string"}}})
+    return answer.action

@@ -14,6 +14,7 @@ from mcptasks.models import Task, TaskState
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import invalid_params
 from mcptasks.tools.answers import InvalidAnswer, validate_response
+from mcptasks.tools.context import declares_input_kind
 
 ACK = {"resultType": "complete"}
 
@@ -27,21 +28,6 @@ def _visible_task(call: Call) -> Task:
         limits.check_unknown_lookup(principal_id=call.principal.user.pk, task_id=task_id)
         raise invalid_params("Failed to retrieve task: Task not found")
     return task
-
-
-def declares_input_kind(capabilities: dict[str, Any], method: str, params: dict[str, Any]
-                        ) -> bool:
-    """Did a request declare what an input request of ``method`` needs (PROTOCOL M9)? Form
-    elicitation: ``elicitation: {}`` or one listing ``form``; URL elicitation: ``url``."""
-    if method == "elicitation/create":
-        declared = capabilities.get("elicitation")
-        if not isinstance(declared, dict):
-            return False
-        if params.get("mode") == "url":
-            return "url" in declared
-        return not declared or "form" in declared
-    needed = {"sampling/createMessage": "sampling", "roots/list": "roots"}.get(method)
-    return needed is not None and isinstance(capabilities.get(needed), dict)
 
 
 def detailed_for(user: Any, task: Task, capabilities: dict[str, Any] | None = None

@@ -20,6 +20,29 @@ SAMPLE = "sampling/createMessage"
 ROOTS = "roots/list"
 
 
+def declares_input_kind(capabilities: dict[str, Any], method: str, params: dict[str, Any]
+                        ) -> bool:
+    """Did a request declare what an input request of ``method`` needs (PROTOCOL M9)? Form
+    elicitation: ``elicitation: {}`` or one listing ``form``; URL elicitation: ``url``."""
+    if method == "elicitation/create":
+        declared = capabilities.get("elicitation")
+        if not isinstance(declared, dict):
+            return False
+        if params.get("mode") == "url":
+            return "url" in declared
+        return not declared or "form" in declared
+    needed = {"sampling/createMessage": "sampling", "roots/list": "roots"}.get(method)
+    return needed is not None and isinstance(capabilities.get(needed), dict)
+
+
+def form_secret_fields(schema: dict[str, Any]) -> list[str]:
+    """Properties of a form that ask for a secret: form elicitation must never request one
+    (PROTOCOL §3.4; the redactor's sensitive-key rule decides)."""
+    from audit.redact import is_sensitive_key
+
+    return [name for name in (schema.get("properties") or {}) if is_sensitive_key(name)]
+
+
 class ToolError(Exception):
     """Raised by a tool for a business failure: the result is ``isError: true`` (not failed)."""
 
@@ -32,7 +55,7 @@ class NonDeterministicTool(ToolDefinitionError):
     """A replay took a different path than the recorded run."""
 
 
-class Suspend(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class Suspend(BaseException):
     """Stops the tool function; derived from BaseException so ``except Exception`` can't eat it."""
 
 

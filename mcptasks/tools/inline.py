@@ -15,7 +15,6 @@ from typing import Any, TypeVar
 
 from django.utils import timezone
 
-from audit.redact import is_sensitive_key
 from mcptasks.tools.answers import InvalidAnswer, validate_response
 from mcptasks.tools.context import (
     ELICIT,
@@ -26,6 +25,7 @@ from mcptasks.tools.context import (
     Suspend,
     ToolContext,
     ToolDefinitionError,
+    form_secret_fields,
 )
 
 T = TypeVar("T")
@@ -135,8 +135,7 @@ class InlineContext(ToolContext):
         for key, question in questions.items():
             if question.audience != "client" or question.forbid_self_approval:
                 raise TaskRequired(key)
-            secret = [name for name in (question.schema.get("properties") or {})
-                      if is_sensitive_key(name)]
+            secret = form_secret_fields(question.schema)
             if secret:
                 raise ToolDefinitionError(
                     f"question {key!r} asks for {', '.join(secret)} in a form: form "
