@@ -72,6 +72,8 @@ def test_operator_approves_a_production_deploy_and_everything_updates_live(
         "data-state", "awaiting_operator", timeout=LIVE_TIMEOUT
     )
     shoot(inbox, "inbox")
+    phone = sign_in("olga", width=390)
+    shoot(phone.page, "inbox-phone")
     detail = olga.open(f"/tasks/{task_id}/")
 
     card.get_by_role("link", name="Answer").click()
@@ -110,8 +112,6 @@ def test_operator_approves_a_production_deploy_and_everything_updates_live(
     expect(row(tasks, task_id)).to_be_visible()
     assert tasks.evaluate("window.__sameDocument") is True
 
-    phone = sign_in("olga", width=390)
-    shoot(phone.page, "inbox-phone")
     phone.page.goto(f"/tasks/{task_id}/")
     shoot(phone.page, "task-detail-phone")
     assert not olga.csp_violations(), olga.csp_violations()
