@@ -43,6 +43,15 @@ def _task_or_404(request: HttpRequest, task_id: str) -> Task:
     return task
 
 
+def _task_for(
+    request: HttpRequest, task_id: str, action: access.Action
+) -> tuple[Task, HttpResponse | None]:
+    """The visible task (else 404) and, when ``action`` is not permitted on it, the 403 page."""
+    task = _task_or_404(request, task_id)
+    decision = access.can(request.user, action, task)
+    return task, None if decision else denied(request, decision.reason)
+
+
 def _detail_url(task_id: str, anchor: str = "") -> str:
     url = reverse("dashboard:task", args=[task_id])
     return f"{url}#{anchor}" if anchor else url
@@ -250,10 +259,9 @@ def _action_form_invalid(request: HttpRequest, task: Task, form: Any, what: str)
 @page
 @require_POST
 def cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
-    task = _task_or_404(request, task_id)
-    decision = access.can(request.user, access.Action.CANCEL, task)
-    if not decision:
-        return denied(request, decision.reason)
+    task, refusal = _task_for(request, task_id, access.Action.CANCEL)
+    if refusal is not None:
+        return refusal
     form = forms.CancelForm(request.POST)
     if not form.is_valid():
         return _action_form_invalid(request, task, form, "Cancelling")
@@ -275,10 +283,9 @@ def cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
 @page
 @require_POST
 def force_cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
-    task = _task_or_404(request, task_id)
-    decision = access.can(request.user, access.Action.FORCE_CANCEL, task)
-    if not decision:
-        return denied(request, decision.reason)
+    task, refusal = _task_for(request, task_id, access.Action.FORCE_CANCEL)
+    if refusal is not None:
+        return refusal
     form = forms.ForceCancelForm(request.POST)
     if not form.is_valid():
         return _action_form_invalid(request, task, form, "Force cancel")
@@ -329,10 +336,9 @@ def reconcile_effect(request: HttpRequest, effect_id: int) -> HttpResponse:
 @page
 @require_POST
 def grant_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
-    task = _task_or_404(request, task_id)
-    decision = access.can(request.user, access.Action.GRANT, task)
-    if not decision:
-        return denied(request, decision.reason)
+    task, refusal = _task_for(request, task_id, access.Action.GRANT)
+    if refusal is not None:
+        return refusal
     form = forms.DelegationForm(list(access.delegation_candidates(task)), request.POST)
     if not form.is_valid():
         return _action_form_invalid(request, task, form, "Naming someone")
@@ -354,10 +360,9 @@ def grant_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
 @page
 @require_POST
 def revoke_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
-    task = _task_or_404(request, task_id)
-    decision = access.can(request.user, access.Action.GRANT, task)
-    if not decision:
-        return denied(request, decision.reason)
+    task, refusal = _task_for(request, task_id, access.Action.GRANT)
+    if refusal is not None:
+        return refusal
     form = forms.RevokeDelegationForm(request.POST)
     grantee = (
         User.objects.filter(pk=form.cleaned_data["grantee"]).first() if form.is_valid() else None

@@ -434,20 +434,18 @@ class AuditFilters:
     until: datetime | None = None
 
     def q(self) -> Q:
-        condition = Q()
-        if self.tenant_id is not None:
-            condition &= Q(tenant_id=self.tenant_id)
-        if self.actor:
-            condition &= Q(actor_id=self.actor) | Q(actor_display=self.actor)
-        if self.action:
-            condition &= Q(action=self.action)
-        if self.task_id:
-            condition &= Q(task_id=self.task_id)
-        if self.since is not None:
-            condition &= Q(created_at__gte=self.since)
-        if self.until is not None:
-            condition &= Q(created_at__lt=self.until)
-        return condition
+        """The tenant, then the export's filters (one definition of what each matches)."""
+        from audit.export import ExportFilters
+
+        export = ExportFilters(
+            actor=self.actor,
+            action=self.action,
+            task_id=self.task_id,
+            since=self.since,
+            until=self.until,
+        )
+        tenant = Q(tenant_id=self.tenant_id) if self.tenant_id is not None else Q()
+        return tenant & export.q()
 
 
 def _id_cursor(cursor: str | None) -> int | None:
