@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import BIN, REPO, RESULTS, bench_database, bench_env, free_port, median  # noqa: E402
+from bench.common import BIN, REPO, RESULTS, bench_database, bench_env, free_port, median
 
 VERSION = "2026-07-28"
 CAPS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -174,10 +174,11 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
                     MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT="100000000")
     client = redis.Redis.from_url("redis://127.0.0.1:6379/3")
     client.flushdb()
+    logs = [open(RESULTS / f"worker{n}.log", "w") for n in range(2)]  # noqa: SIM115
     workers = [subprocess.Popen([str(BIN / "celery"), "-A", "mcptasks", "worker", "-c", "1",
                                  "--pool=prefork", "-n", f"bench{n}@%h", "-l", "warning"],
-                                cwd=REPO, env=env, stdout=open(RESULTS / f"worker{n}.log", "w"),
-                                stderr=subprocess.STDOUT) for n in range(2)]  # noqa: SIM115
+                                cwd=REPO, env=env, stdout=logs[n], stderr=subprocess.STDOUT)
+               for n in range(2)]
     try:
         time.sleep(6)
         from mcptasks.jobs import bench_noop

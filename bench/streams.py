@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import RESULTS, Server, bench_database, bench_env, median, percentile  # noqa: E402
+from bench.common import RESULTS, Server, bench_database, bench_env, median, percentile
 
 VERSION = "2026-07-28"
 CAPS = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -47,7 +47,7 @@ def request_bytes(port: int, token: str, method: str, params: dict, name: str | 
                   request_id: int = 1) -> bytes:
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method,
                        "params": {**params, "_meta": META}}).encode()
-    headers = [f"POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{port}",
+    headers = ["POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{port}",
                "Content-Type: application/json", "Accept: application/json, text/event-stream",
                f"MCP-Protocol-Version: {VERSION}", f"Mcp-Method: {method}",
                f"Authorization: Bearer {token}", f"Content-Length: {len(body)}"]

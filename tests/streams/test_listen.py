@@ -35,8 +35,8 @@ async def read_stream(url: str, token: str, body: dict, on_open: Any = None,
     headers = {"content-type": "application/json", "accept": "text/event-stream",
                "mcp-protocol-version": VERSION, "mcp-method": "subscriptions/listen",
                "authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=url, timeout=max_seconds) as client:
-        async with client.stream("POST", "/mcp", json=body, headers=headers) as response:
+    async with httpx.AsyncClient(base_url=url, timeout=max_seconds) as client, \
+            client.stream("POST", "/mcp", json=body, headers=headers) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
             assert response.headers["x-accel-buffering"] == "no"
