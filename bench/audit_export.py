@@ -165,6 +165,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--chains", type=int, default=10)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--database", metavar="URL",
+                        help="export from this already seeded database (kept) instead")
     parser.add_argument("--seed-with", choices=("copy", "bulk_create"), default="copy",
                         help="how to insert the precomputed events (COPY: ~10x faster)")
     parser.add_argument("--verify", action="store_true",
@@ -174,6 +176,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.export_child:
         export_child(*args.export_child, verify=args.verify)
+        return
+    if args.database:  # an already seeded database: export only
+        run_exports(args.database, args.verify)
         return
     with dedicated_database(keep=args.keep) as url:
         setup_django(url)
@@ -187,24 +192,29 @@ def main() -> None:
         from django.db import connections
 
         connections.close_all()
-        for fmt in ("jsonl", "csv"):
-            out = f"/tmp/audit-bench-{os.getpid()}.{fmt}"  # noqa: S108 - a scratch file, removed
-            command = [sys.executable, __file__, "--export-child", url, fmt, out]
-            if args.verify:
-                command.append("--verify")
-            result = json.loads(subprocess.run(command, check=True, capture_output=True,
-                                               text=True).stdout.strip().splitlines()[-1])
-            verdict = ("ok" if result["events_per_s"] >= TARGET_RATE
-                       and result["peak_rss_mb"] < TARGET_RSS_MB else "MISSED TARGET")
-            line = (f"export {fmt:5}: {result['events']:,} events in {result['seconds']:.1f} s = "
-                    f"{result['events_per_s']:,.0f} events/s (exporter CPU {result['cpu_seconds']:.1f} s); "
-                    f"peak RSS "
-                    f"{result['peak_rss_mb']:.0f} MB (after setup {result['baseline_rss_mb']:.0f}"
-                    f" MB); {result['bytes'] / 1e6:,.0f} MB written [{verdict}]")
-            if args.verify:
-                line += (f"; verify_export {result['verify_seconds']:.1f} s "
-                         f"({'verified' if result['verified'] else 'FAILED'})")
-            print(line, flush=True)
+        run_exports(url, args.verify)
+
+
+def run_exports(url: str, verify: bool) -> None:
+    """Export everything as JSONL, then CSV, each in a fresh child process; print figures."""
+    for fmt in ("jsonl", "csv"):
+        out = f"/tmp/audit-bench-{os.getpid()}.{fmt}"  # noqa: S108 - a scratch file, removed
+        command = [sys.executable, __file__, "--export-child", url, fmt, out]
+        if verify:
+            command.append("--verify")
+        result = json.loads(subprocess.run(command, check=True, capture_output=True,
+                                           text=True).stdout.strip().splitlines()[-1])
+        verdict = ("ok" if result["events_per_s"] >= TARGET_RATE
+                   and result["peak_rss_mb"] < TARGET_RSS_MB else "MISSED TARGET")
+        line = (f"export {fmt:5}: {result['events']:,} events in {result['seconds']:.1f} s = "
+                f"{result['events_per_s']:,.0f} events/s (exporter CPU "
+                f"{result['cpu_seconds']:.1f} s); peak RSS {result['peak_rss_mb']:.0f} MB "
+                f"(after setup {result['baseline_rss_mb']:.0f} MB); "
+                f"{result['bytes'] / 1e6:,.0f} MB written [{verdict}]")
+        if verify:
+            line += (f"; verify_export {result['verify_seconds']:.1f} s "
+                     f"({'verified' if result['verified'] else 'FAILED'})")
+        print(line, flush=True)
 
 
 if __name__ == "__main__":
