@@ -82,9 +82,16 @@ def _worker_loop() -> None:
             _run(*item)
 
 
+RETENTION_INTERVAL_S = 86_400.0
+
+
 def _beat_loop(interval: float) -> None:
+    last_retention = time.monotonic()
     while not _stop.wait(interval):
         submit("sweep", {})
+        if time.monotonic() - last_retention >= RETENTION_INTERVAL_S:
+            last_retention = time.monotonic()
+            submit("purge_audit_due", {})
 
 
 def start(workers: int = 2, beat_interval: float = 1.0) -> None:

@@ -45,3 +45,11 @@ def bench_noop() -> None:
     from django.conf import settings
 
     redis.Redis.from_url(settings.CELERY_BROKER_URL).incr("mcptasks:bench:noop")
+
+
+@shared_task(name="mcptasks.purge_audit_due")
+def purge_audit_due() -> int:
+    """Apply every tenant's audit retention policy (daily)."""
+    from audit.retention import purge_due
+
+    return len(purge_due())

@@ -248,6 +248,7 @@ MCPTASKS_SWEEP_INTERVAL_S = float(env_str("MCPTASKS_SWEEP_INTERVAL_S", "1.0"))
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "mcptasks.sweep", "schedule": MCPTASKS_SWEEP_INTERVAL_S,
               "options": {"expires": 10}},
+    "audit-retention": {"task": "mcptasks.purge_audit_due", "schedule": 86_400.0},
 }
 
 # ---------------------------------------------------------------- auth, i18n, static
@@ -374,3 +375,8 @@ MCPTASKS_JWT_TENANT_CLAIM = env_str("MCPTASKS_JWT_TENANT_CLAIM", "tenant")
 
 # ---------------------------------------------------------------- metrics
 PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR")
+
+# ---------------------------------------------------------------- audit
+# Public keys (besides this server's own) whose signed export manifests verify_export trusts:
+# the keys of rotated-out signing keys (docs/audit.md).
+MCPTASKS_AUDIT_TRUSTED_PUBLIC_KEYS = env_list("MCPTASKS_AUDIT_TRUSTED_PUBLIC_KEYS", [])
