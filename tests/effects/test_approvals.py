@@ -247,3 +247,29 @@ def test_adam_cannot_approve_once_olga_revokes_it(
     assert response.status_code == 404
     assert not access.may_answer(users["adam"], approval(task_id), approval(task_id).task)
     assert_still_waiting(task_id, audit_of)
+
+
+# ---------------------------------------------------------------- an operator's own deploy
+def test_olga_cannot_approve_her_own_deploy_on_any_channel_but_a_named_approver_can(
+        start: Callable[..., str], mcp_for: Callable[[str], Any],
+        api_for: Callable[[str], APIClient], dashboard_for: Callable[[str], Client],
+        users: dict[str, Any], audit_of: AuditOf) -> None:
+    """Separation of duties binds an operator too: her role would let her answer anyone
+    else's approval, never her own."""
+    task_id = start(owner="olga")
+    request = approval(task_id)
+    assert access.may_answer(users["olga"], request, request.task).reason == \
+        SELF_APPROVAL_REFUSED
+    mcp_for("olga").call("tasks/update", {"taskId": task_id,
+                                          "inputResponses": {"approval": APPROVE}})
+    response = api_for("olga").post(answer_url(task_id), {"response": APPROVE}, format="json")
+    assert response.status_code == 403
+    assert SELF_APPROVAL_REFUSED in response.json()["detail"].lower()
+    assert post_form(dashboard_for("olga"), task_id).status_code == 403
+    assert request not in access.answerable_inputs(users["olga"])
+    assert_still_waiting(task_id, audit_of)
+
+    grant(api_for("olga"), task_id)
+    response = api_for("adam").post(answer_url(task_id), {"response": APPROVE}, format="json")
+    assert response.status_code == 200, response.content
+    assert_answered(task_id, by="adam", via="api", audit_of=audit_of)
