@@ -53,10 +53,14 @@ MEDIA_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv; charset=utf-8"}
 
 
 @list_schema(
-    "audit_events_list", "audit", "List audit events",
+    "audit_events_list",
+    "audit",
+    "List audit events",
     "Events of the chains the caller reads (auditors, admins and operators of a tenant; staff "
     "operators read every chain), newest first, redacted when recorded, with their hash-chain "
-    "fields.", AuditEventSerializer)
+    "fields.",
+    AuditEventSerializer,
+)
 class AuditEventListView(ApiListView):
     """Audit events of the chains the caller may read, newest first."""
 
@@ -87,43 +91,71 @@ def _scope(request: Request, data: dict[str, Any]) -> tuple[str, AuditScope]:
 
 
 def _links(request: Request, handle: str) -> dict[str, str]:
-    return {"file": request.build_absolute_uri(reverse("api-audit-export-file", args=[handle])),
-            "manifest_url": request.build_absolute_uri(
-                reverse("api-audit-export-manifest", args=[handle]))}
+    return {
+        "file": request.build_absolute_uri(reverse("api-audit-export-file", args=[handle])),
+        "manifest_url": request.build_absolute_uri(
+            reverse("api-audit-export-manifest", args=[handle])
+        ),
+    }
 
 
 class AuditExportCreateView(ApiView):
     @extend_schema(
-        operation_id="audit_exports_create", tags=["audit"], summary="Export audit events",
+        operation_id="audit_exports_create",
+        tags=["audit"],
+        summary="Export audit events",
         description="Exports the events of one chain (the caller's tenant by default) matching "
-                    "the filters, records the audit.exported event, and returns the signed "
-                    "manifest with links to download the file and the manifest. Verify with "
-                    "`manage.py verify_export FILE MANIFEST`.",
+        "the filters, records the audit.exported event, and returns the signed "
+        "manifest with links to download the file and the manifest. Verify with "
+        "`manage.py verify_export FILE MANIFEST`.",
         request=ExportInputSerializer,
-        responses={201: ExportSerializer, **problems(400, 403, 404, 422)})
+        responses={201: ExportSerializer, **problems(400, 403, 404, 422)},
+    )
     def post(self, request: Request) -> Response:
         data = parse(ExportInputSerializer, request)
         chain, scope = _scope(request, data)
         self.check_object_permissions(request, scope)
         if data["since"] and data["until"] and data["since"] >= data["until"]:
             raise ValidationError({"until": ["Must be later than since."]})
-        filters = ExportFilters(chain=chain, actor=data["actor"], action=data["action"],
-                                task_id=data["task_id"], since=data["since"],
-                                until=data["until"])
+        filters = ExportFilters(
+            chain=chain,
+            actor=data["actor"],
+            action=data["action"],
+            task_id=data["task_id"],
+            since=data["since"],
+            until=data["until"],
+        )
         stream = ExportStream(filters=filters, format=data["format"])
         for _chunk in stream:
             pass  # the digest and counts, with constant memory; the bytes are served later
         manifest = finish_export(stream, actor=actor_of(request))
-        handle = django_signing.dumps({
-            "user": request.user.pk, "tenant_id": scope.tenant_id, "format": stream.format,
-            "filters": filters.as_dict(), "heads": stream.heads,
-            "created_at": manifest["created_at"], "export_event": manifest["export_event"],
-        }, salt=HANDLE_SALT, compress=True)
+        handle = django_signing.dumps(
+            {
+                "user": request.user.pk,
+                "tenant_id": scope.tenant_id,
+                "format": stream.format,
+                "filters": filters.as_dict(),
+                "heads": stream.heads,
+                "created_at": manifest["created_at"],
+                "export_event": manifest["export_event"],
+            },
+            salt=HANDLE_SALT,
+            compress=True,
+        )
         links = _links(request, handle)
-        body = {"id": handle, "format": stream.format, "count": stream.count,
-                "content_sha256": stream.sha256, **links, "manifest": manifest}
-        return Response(ExportSerializer(body).data, status=status.HTTP_201_CREATED,
-                        headers={"Location": links["file"]})
+        body = {
+            "id": handle,
+            "format": stream.format,
+            "count": stream.count,
+            "content_sha256": stream.sha256,
+            **links,
+            "manifest": manifest,
+        }
+        return Response(
+            ExportSerializer(body).data,
+            status=status.HTTP_201_CREATED,
+            headers={"Location": links["file"]},
+        )
 
 
 class _ExportHandleView(ApiView):
@@ -137,41 +169,52 @@ class _ExportHandleView(ApiView):
         if not isinstance(handle, dict) or handle.get("user") != request.user.pk:
             raise NotFound("Export not found, or its handle expired: create it again.")
         self.check_object_permissions(request, AuditScope(tenant_id=handle["tenant_id"]))
-        stream = ExportStream(filters=ExportFilters.from_dict(handle["filters"]),
-                              format=handle["format"])
+        stream = ExportStream(
+            filters=ExportFilters.from_dict(handle["filters"]), format=handle["format"]
+        )
         stream.heads = handle["heads"]
         return handle, stream
 
 
 class AuditExportFileView(_ExportHandleView):
     @extend_schema(
-        operation_id="audit_exports_file", tags=["audit"], summary="Download an export's file",
+        operation_id="audit_exports_file",
+        tags=["audit"],
+        summary="Download an export's file",
         description="Streams the exported events (JSON Lines or CSV) exactly as the manifest "
-                    "describes them.",
-        responses={(200, "application/jsonl"): OpenApiResponse(OpenApiTypes.STR,
-                                                               description="JSON Lines"),
-                   (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="CSV"),
-                   **problems(403, 404)})
+        "describes them.",
+        responses={
+            (200, "application/jsonl"): OpenApiResponse(OpenApiTypes.STR, description="JSON Lines"),
+            (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="CSV"),
+            **problems(403, 404),
+        },
+    )
     def get(self, request: Request, export_id: str) -> StreamingHttpResponse:
         handle, stream = self.snapshot(request, export_id)
         stamp = handle["created_at"][:19].replace(":", "").replace("-", "")
-        response = StreamingHttpResponse(_chunks_for(request, iter(stream)),
-                                         content_type=MEDIA_TYPES[stream.format])
+        response = StreamingHttpResponse(
+            _chunks_for(request, iter(stream)), content_type=MEDIA_TYPES[stream.format]
+        )
         response["Content-Disposition"] = (
-            f'attachment; filename="audit-export-{stamp}.{stream.format}"')
+            f'attachment; filename="audit-export-{stamp}.{stream.format}"'
+        )
         response["Cache-Control"] = "no-store"
         return response
 
 
 class AuditExportManifestView(_ExportHandleView):
     @extend_schema(
-        operation_id="audit_exports_manifest", tags=["audit"],
+        operation_id="audit_exports_manifest",
+        tags=["audit"],
         summary="Download an export's signed manifest",
         description="The signed manifest (filters, count, first/last sequence per chain, "
-                    "SHA-256 of the file, chain heads, the audit.exported event), the same "
-                    "as the one returned when the export was created.",
-        responses={200: OpenApiResponse(OpenApiTypes.OBJECT, description="Signed manifest"),
-                   **problems(403, 404)})
+        "SHA-256 of the file, chain heads, the audit.exported event), the same "
+        "as the one returned when the export was created.",
+        responses={
+            200: OpenApiResponse(OpenApiTypes.OBJECT, description="Signed manifest"),
+            **problems(403, 404),
+        },
+    )
     def get(self, request: Request, export_id: str) -> Response:
         handle, stream = self.snapshot(request, export_id)
         for _chunk in stream:
@@ -182,7 +225,9 @@ class AuditExportManifestView(_ExportHandleView):
         return Response(signing.sign(body), headers={"Cache-Control": "no-store"})
 
 
-def _chunks_for(request: Request, chunks: Iterator[bytes]) -> Iterator[bytes] | AsyncIterator[bytes]:
+def _chunks_for(
+    request: Request, chunks: Iterator[bytes]
+) -> Iterator[bytes] | AsyncIterator[bytes]:
     """Under ASGI, an async iterator that pulls one chunk at a time (Django would read a sync
     iterator whole into memory there); under WSGI, the chunks as they are."""
     if isinstance(request._request, ASGIRequest):

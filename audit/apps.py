@@ -31,8 +31,9 @@ def _on_logout(sender: Any, request: Any = None, user: Any = None, **kwargs: Any
     record_logout(user=user, request=request)
 
 
-def _on_login_failed(sender: Any, credentials: Any = None, request: Any = None,
-                     **kwargs: Any) -> None:
+def _on_login_failed(
+    sender: Any, credentials: Any = None, request: Any = None, **kwargs: Any
+) -> None:
     from audit.auth_events import record_login_failed
 
     record_login_failed(credentials=credentials or {}, request=request)

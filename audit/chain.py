@@ -68,8 +68,19 @@ HEAD_MISMATCH = "head mismatch"
 CHECKPOINT_MISMATCH = "checkpoint mismatch"
 
 # The columns that make up an event body, in event_body's keyword order, then the chain fields.
-BODY_FIELDS = ("chain", "seq", "created_at", "tenant_id", "actor_kind", "actor_id",
-               "actor_display", "action", "task_id", "data", "request_id")
+BODY_FIELDS = (
+    "chain",
+    "seq",
+    "created_at",
+    "tenant_id",
+    "actor_kind",
+    "actor_id",
+    "actor_display",
+    "action",
+    "task_id",
+    "data",
+    "request_id",
+)
 ROW_FIELDS = (*BODY_FIELDS, "prev_hash", "hash")
 
 
@@ -115,8 +126,12 @@ def latest_checkpoint(chain: str) -> tuple[int, str]:
     """``(seq, hash)`` a chain starts from: its newest retention checkpoint, or genesis."""
     from audit.models import RetentionCheckpoint
 
-    checkpoint = (RetentionCheckpoint.objects.filter(chain=chain).order_by("-seq")
-                  .values_list("seq", "hash").first())
+    checkpoint = (
+        RetentionCheckpoint.objects.filter(chain=chain)
+        .order_by("-seq")
+        .values_list("seq", "hash")
+        .first()
+    )
     return checkpoint if checkpoint is not None else (0, GENESIS_HASH)
 
 
@@ -160,53 +175,104 @@ def _verify(chain: str, *, chunk_size: int) -> ChainReport:
     count = 0
 
     def report(broken: Break | None) -> ChainReport:
-        return ChainReport(chain=chain, events=count, start_seq=start_seq,
-                           last_seq=expected_seq - 1, last_hash=expected_prev, broken=broken)
+        return ChainReport(
+            chain=chain,
+            events=count,
+            start_seq=start_seq,
+            last_seq=expected_seq - 1,
+            last_hash=expected_prev,
+            broken=broken,
+        )
 
-    rows = (AuditEvent.objects.filter(chain=chain).order_by("seq")
-            .values_list(*ROW_FIELDS).iterator(chunk_size=chunk_size))
+    rows = (
+        AuditEvent.objects.filter(chain=chain)
+        .order_by("seq")
+        .values_list(*ROW_FIELDS)
+        .iterator(chunk_size=chunk_size)
+    )
     for row in rows:
         seq, prev_hash, stored_hash = row[1], row[-2], row[-1]
         if seq != expected_seq:
-            where = (f"expected seq {expected_seq}, found {seq}" if seq > expected_seq else
-                     f"seq {seq} is at or before the chain start (checkpoint seq {start_seq})")
+            where = (
+                f"expected seq {expected_seq}, found {seq}"
+                if seq > expected_seq
+                else f"seq {seq} is at or before the chain start (checkpoint seq {start_seq})"
+            )
             return report(Break(chain, min(seq, expected_seq), SEQ_GAP, where))
         if prev_hash != expected_prev:
-            return report(Break(chain, seq, PREV_HASH_MISMATCH,
-                                f"prev_hash {prev_hash[:12]}… is not the hash of seq "
-                                f"{seq - 1} ({expected_prev[:12]}…)"))
+            return report(
+                Break(
+                    chain,
+                    seq,
+                    PREV_HASH_MISMATCH,
+                    f"prev_hash {prev_hash[:12]}… is not the hash of seq "
+                    f"{seq - 1} ({expected_prev[:12]}…)",
+                )
+            )
         body = body_of_row(row)
         computed = link_hash(prev_hash, body)
         if computed != stored_hash:
-            return report(Break(chain, seq, HASH_MISMATCH,
-                                f"stored {stored_hash[:12]}…, content hashes to {computed[:12]}…"))
+            return report(
+                Break(
+                    chain,
+                    seq,
+                    HASH_MISMATCH,
+                    f"stored {stored_hash[:12]}…, content hashes to {computed[:12]}…",
+                )
+            )
         if body["action"] == PURGED_ACTION and not attested:
             checkpoint = (body["data"] or {}).get("checkpoint") or {}
             if checkpoint.get("seq") == start_seq:
                 if checkpoint.get("hash") != start_hash:
-                    return report(Break(chain, start_seq, CHECKPOINT_MISMATCH,
-                                        f"checkpoint hash differs from the one audit.purged "
-                                        f"seq {seq} recorded"))
+                    return report(
+                        Break(
+                            chain,
+                            start_seq,
+                            CHECKPOINT_MISMATCH,
+                            f"checkpoint hash differs from the one audit.purged seq {seq} recorded",
+                        )
+                    )
                 attested = True
         count += 1
         expected_seq, expected_prev = seq + 1, stored_hash
     if not attested:
-        return report(Break(chain, start_seq, CHECKPOINT_MISMATCH,
-                            "no audit.purged event of the chain records this checkpoint"))
+        return report(
+            Break(
+                chain,
+                start_seq,
+                CHECKPOINT_MISMATCH,
+                "no audit.purged event of the chain records this checkpoint",
+            )
+        )
     head = ChainHead.objects.filter(chain=chain).values_list("seq", "hash").first()
     last_seq = expected_seq - 1
     if head is None:
         if count:
             return report(Break(chain, last_seq, HEAD_MISMATCH, "the chain has no head row"))
     elif head[0] > last_seq:
-        return report(Break(chain, last_seq + 1, SEQ_GAP,
-                            f"the chain head is at seq {head[0]} but events end at {last_seq}"))
+        return report(
+            Break(
+                chain,
+                last_seq + 1,
+                SEQ_GAP,
+                f"the chain head is at seq {head[0]} but events end at {last_seq}",
+            )
+        )
     elif head[0] < last_seq:
-        return report(Break(chain, head[0] + 1, HEAD_MISMATCH,
-                            f"events continue past the chain head (seq {head[0]}) to {last_seq}"))
+        return report(
+            Break(
+                chain,
+                head[0] + 1,
+                HEAD_MISMATCH,
+                f"events continue past the chain head (seq {head[0]}) to {last_seq}",
+            )
+        )
     elif head[1] != expected_prev:
-        return report(Break(chain, last_seq, HEAD_MISMATCH,
-                            "the chain head's hash is not the last event's hash"))
+        return report(
+            Break(
+                chain, last_seq, HEAD_MISMATCH, "the chain head's hash is not the last event's hash"
+            )
+        )
     return report(None)
 
 
@@ -222,5 +288,5 @@ def known_chains() -> list[str]:
 
 def verify_chains(chains: Iterable[str] | None = None) -> Iterator[ChainReport]:
     """Verify the given chains (default: all known chains), one report each, in order."""
-    for chain in (known_chains() if chains is None else chains):
+    for chain in known_chains() if chains is None else chains:
         yield verify_chain(chain)

@@ -70,11 +70,17 @@ class ExportFilters:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> ExportFilters:
-        moments = {name: datetime.fromisoformat(values[name]) if values.get(name) else None
-                   for name in ("since", "until")}
-        return cls(chain=values.get("chain") or "", actor=values.get("actor") or "",
-                   action=values.get("action") or "", task_id=values.get("task_id") or "",
-                   **moments)
+        moments = {
+            name: datetime.fromisoformat(values[name]) if values.get(name) else None
+            for name in ("since", "until")
+        }
+        return cls(
+            chain=values.get("chain") or "",
+            actor=values.get("actor") or "",
+            action=values.get("action") or "",
+            task_id=values.get("task_id") or "",
+            **moments,
+        )
 
     def q(self) -> Q:
         """The filters other than the chain, as a query condition."""
@@ -94,12 +100,14 @@ class ExportFilters:
     def matches(self, event: dict[str, Any]) -> bool:
         """Whether an exported event (a parsed row) satisfies the filters."""
         created_at = datetime.fromisoformat(event["created_at"])
-        return ((not self.chain or event["chain"] == self.chain)
-                and (not self.actor or self.actor in (event["actor_id"], event["actor_display"]))
-                and (not self.action or event["action"] == self.action)
-                and (not self.task_id or event["task_id"] == self.task_id)
-                and (self.since is None or created_at >= self.since)
-                and (self.until is None or created_at < self.until))
+        return (
+            (not self.chain or event["chain"] == self.chain)
+            and (not self.actor or self.actor in (event["actor_id"], event["actor_display"]))
+            and (not self.action or event["action"] == self.action)
+            and (not self.task_id or event["task_id"] == self.task_id)
+            and (self.since is None or created_at >= self.since)
+            and (self.until is None or created_at < self.until)
+        )
 
 
 # ---------------------------------------------------------------- row encoding
@@ -110,33 +118,47 @@ class IsoTimestamp(Func):
 
     output_field = TextField()
 
-    def as_postgresql(self, compiler: Any, connection: Any,
-                      **extra: Any) -> tuple[str, tuple[Any, ...]]:
+    def as_postgresql(
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
         sql, params = compiler.compile(self.source_expressions[0])
         # One to_char (the costly part); ".000000" can only be the fraction, which Python omits.
-        return (f"replace(to_char(({sql} AT TIME ZONE 'UTC'), "
-                f"'YYYY-MM-DD\"T\"HH24:MI:SS.US'), '.000000', '') || '+00:00'", tuple(params))
+        return (
+            f"replace(to_char(({sql} AT TIME ZONE 'UTC'), "
+            f"'YYYY-MM-DD\"T\"HH24:MI:SS.US'), '.000000', '') || '+00:00'",
+            tuple(params),
+        )
 
-    def as_sqlite(self, compiler: Any, connection: Any,
-                  **extra: Any) -> tuple[str, tuple[Any, ...]]:
+    def as_sqlite(
+        self, compiler: Any, connection: Any, **extra: Any
+    ) -> tuple[str, tuple[Any, ...]]:
         # Django stores SQLite datetimes as UTC text 'YYYY-MM-DD HH:MM:SS[.ffffff]'.
         sql, params = compiler.compile(self.source_expressions[0])
         return f"(replace({sql}, ' ', 'T') || '+00:00')", tuple(params)
 
-    def as_sql(self, compiler: Any, connection: Any, function: str | None = None,
-               template: str | None = None, arg_joiner: str | None = None,
-               **extra_context: Any) -> tuple[str, tuple[Any, ...]]:
+    def as_sql(
+        self,
+        compiler: Any,
+        connection: Any,
+        function: str | None = None,
+        template: str | None = None,
+        arg_joiner: str | None = None,
+        **extra_context: Any,
+    ) -> tuple[str, tuple[Any, ...]]:
         raise NotSupportedError("audit exports support PostgreSQL and SQLite")
 
 
 # What an export selects: the stored columns, with created_at and data as text.
-EXPORT_COLUMNS = tuple({"created_at": "created_at_text", "data": "data_text"}.get(name, name)
-                       for name in ROW_FIELDS)
+EXPORT_COLUMNS = tuple(
+    {"created_at": "created_at_text", "data": "data_text"}.get(name, name) for name in ROW_FIELDS
+)
 _DATA = ROW_FIELDS.index("data")
 _q = json.encoder.encode_basestring  # type: ignore[attr-defined]  # the C string escaper
-_JSONL_LINE = ("{{\"chain\":{},\"seq\":{},\"created_at\":{},\"tenant_id\":{},\"actor_kind\":{},"
-               "\"actor_id\":{},\"actor_display\":{},\"action\":{},\"task_id\":{},\"data\":{},"
-               "\"request_id\":{},\"prev_hash\":{},\"hash\":{}}}\n")
+_JSONL_LINE = (
+    '{{"chain":{},"seq":{},"created_at":{},"tenant_id":{},"actor_kind":{},'
+    '"actor_id":{},"actor_display":{},"action":{},"task_id":{},"data":{},'
+    '"request_id":{},"prev_hash":{},"hash":{}}}\n'
+)
 
 
 def _event_dict(row: tuple[Any, ...]) -> dict[str, Any]:
@@ -147,14 +169,40 @@ def _event_dict(row: tuple[Any, ...]) -> dict[str, Any]:
 
 
 def _jsonl_chunk(rows: list[tuple[Any, ...]]) -> bytes:
-    return "".join([
-        _JSONL_LINE.format(_q(chain), int(seq), _q(created_at),
-                           "null" if tenant_id is None else int(tenant_id), _q(actor_kind),
-                           _q(actor_id), _q(actor_display), _q(action), _q(task_id), data,
-                           _q(request_id), _q(prev_hash), _q(digest))
-        for (chain, seq, created_at, tenant_id, actor_kind, actor_id, actor_display, action,
-             task_id, data, request_id, prev_hash, digest) in rows
-    ]).encode("utf-8", "surrogatepass")
+    return "".join(
+        [
+            _JSONL_LINE.format(
+                _q(chain),
+                int(seq),
+                _q(created_at),
+                "null" if tenant_id is None else int(tenant_id),
+                _q(actor_kind),
+                _q(actor_id),
+                _q(actor_display),
+                _q(action),
+                _q(task_id),
+                data,
+                _q(request_id),
+                _q(prev_hash),
+                _q(digest),
+            )
+            for (
+                chain,
+                seq,
+                created_at,
+                tenant_id,
+                actor_kind,
+                actor_id,
+                actor_display,
+                action,
+                task_id,
+                data,
+                request_id,
+                prev_hash,
+                digest,
+            ) in rows
+        ]
+    ).encode("utf-8", "surrogatepass")
 
 
 def _csv_chunk(rows: list[tuple[Any, ...]]) -> bytes:
@@ -203,8 +251,10 @@ class ExportStream:
         heads = ChainHead.objects.order_by("chain")
         if self.filters.chain:
             heads = heads.filter(chain=self.filters.chain)
-        self.heads = {chain: {"seq": seq, "hash": digest}
-                      for chain, seq, digest in heads.values_list("chain", "seq", "hash")}
+        self.heads = {
+            chain: {"seq": seq, "hash": digest}
+            for chain, seq, digest in heads.values_list("chain", "seq", "hash")
+        }
 
     @property
     def sha256(self) -> str:
@@ -217,11 +267,15 @@ class ExportStream:
         if self.format == "csv":
             yield self._account(_csv_header())
         for chain, head in self.heads.items():
-            rows = (AuditEvent.objects.filter(self.filters.q(), chain=chain, seq__lte=head["seq"])
-                    .annotate(created_at_text=IsoTimestamp("created_at"),
-                              data_text=Cast("data", TextField()))
-                    .order_by("seq").values_list(*EXPORT_COLUMNS)
-                    .iterator(chunk_size=self.chunk_rows))
+            rows = (
+                AuditEvent.objects.filter(self.filters.q(), chain=chain, seq__lte=head["seq"])
+                .annotate(
+                    created_at_text=IsoTimestamp("created_at"), data_text=Cast("data", TextField())
+                )
+                .order_by("seq")
+                .values_list(*EXPORT_COLUMNS)
+                .iterator(chunk_size=self.chunk_rows)
+            )
             for batch in _batches(rows, self.chunk_rows):
                 self._note(chain, batch)
                 yield self._account(encode(batch))
@@ -280,11 +334,19 @@ def finish_export(stream: ExportStream, *, actor: Actor) -> dict[str, Any]:
     body = stream.manifest_body()
     key = signing.current_key()
     tenant_id, tenant_slug = _tenant_of_chain(stream.filters.chain)
-    event = record(action=EXPORTED_ACTION, actor=actor, tenant_id=tenant_id,
-                   tenant_slug=tenant_slug,
-                   data={"filters": body["filters"], "format": body["format"],
-                         "count": body["count"], "content_sha256": body["content_sha256"],
-                         "key_id": key.key_id})
+    event = record(
+        action=EXPORTED_ACTION,
+        actor=actor,
+        tenant_id=tenant_id,
+        tenant_slug=tenant_slug,
+        data={
+            "filters": body["filters"],
+            "format": body["format"],
+            "count": body["count"],
+            "content_sha256": body["content_sha256"],
+            "key_id": key.key_id,
+        },
+    )
     body["export_event"] = {"chain": event.chain, "seq": event.seq, "hash": event.hash}
     return signing.sign(body, key)
 
@@ -303,8 +365,9 @@ def manifest_path_for(path: Path) -> Path:
     return path.with_name(path.name + ".manifest.json")
 
 
-def export_to_file(filters: ExportFilters, fmt: str, out: BinaryIO, *,
-                   actor: Actor) -> dict[str, Any]:
+def export_to_file(
+    filters: ExportFilters, fmt: str, out: BinaryIO, *, actor: Actor
+) -> dict[str, Any]:
     """Stream an export into ``out``; return the signed manifest (the caller stores it)."""
     stream = ExportStream(filters=filters, format=fmt)
     for chunk in stream:
@@ -336,8 +399,9 @@ class ExportCheck:
 MAX_PROBLEMS = 20
 
 
-def verify_export(export: BinaryIO, manifest: dict[str, Any], *,
-                  trusted_keys: dict[str, str] | None = None) -> ExportCheck:
+def verify_export(
+    export: BinaryIO, manifest: dict[str, Any], *, trusted_keys: dict[str, str] | None = None
+) -> ExportCheck:
     """Check an export against its manifest and the stored chains.
 
     Checks, in order: the manifest's signature by a trusted key; the SHA-256 of the bytes; every
@@ -349,7 +413,8 @@ def verify_export(export: BinaryIO, manifest: dict[str, Any], *,
     check = ExportCheck()
     try:
         check.key_id = signing.check_signature(
-            manifest, trusted_keys if trusted_keys is not None else signing.trusted_public_keys())
+            manifest, trusted_keys if trusted_keys is not None else signing.trusted_public_keys()
+        )
     except signing.SignatureError as exc:
         check.problems.append(f"signature: {exc}")
         return check
@@ -361,8 +426,11 @@ def verify_export(export: BinaryIO, manifest: dict[str, Any], *,
     rows = _parse(_hashing(export, digest), fmt, check)
     _check_rows(rows, manifest, check)
     if digest.hexdigest() != manifest.get("content_sha256"):
-        check.problems.insert(0, "content: the SHA-256 of the file is not the manifest's "
-                                 "content_sha256 (the file was changed)")
+        check.problems.insert(
+            0,
+            "content: the SHA-256 of the file is not the manifest's "
+            "content_sha256 (the file was changed)",
+        )
     _check_anchors(manifest, check)
     return check
 
@@ -402,8 +470,9 @@ def _problem(check: ExportCheck, message: str) -> None:
         check.problems.append(message)
 
 
-def _check_rows(rows: Iterator[dict[str, Any]], manifest: dict[str, Any],
-                check: ExportCheck) -> None:
+def _check_rows(
+    rows: Iterator[dict[str, Any]], manifest: dict[str, Any], check: ExportCheck
+) -> None:
     filters = ExportFilters.from_dict(manifest.get("filters") or {})
     spans: dict[str, ChainSpan] = {}
     previous: dict[str, Any] | None = None
@@ -412,8 +481,9 @@ def _check_rows(rows: Iterator[dict[str, Any]], manifest: dict[str, Any],
         check.count += 1
         where = f"{event.get('chain')} seq {event.get('seq')}"
         try:
-            computed = link_hash(event["prev_hash"], body_of_row(
-                [event[name] for name in ROW_FIELDS]))
+            computed = link_hash(
+                event["prev_hash"], body_of_row([event[name] for name in ROW_FIELDS])
+            )
         except (KeyError, TypeError, ValueError) as exc:
             _problem(check, f"{where}: unreadable event ({exc})")
             continue
@@ -422,8 +492,11 @@ def _check_rows(rows: Iterator[dict[str, Any]], manifest: dict[str, Any],
         if previous is not None:
             if (previous["chain"], previous["seq"]) >= (event["chain"], event["seq"]):
                 _problem(check, f"{where}: rows are not in chain and sequence order")
-            elif (previous["chain"] == event["chain"] and previous["seq"] + 1 == event["seq"]
-                  and previous["hash"] != event["prev_hash"]):
+            elif (
+                previous["chain"] == event["chain"]
+                and previous["seq"] + 1 == event["seq"]
+                and previous["hash"] != event["prev_hash"]
+            ):
                 _problem(check, f"{where}: prev_hash is not the hash of the row before")
         if not filters.matches(event):
             _problem(check, f"{where}: outside the manifest's filters")
@@ -436,8 +509,11 @@ def _check_rows(rows: Iterator[dict[str, Any]], manifest: dict[str, Any],
             pending = []
     _check_stored(pending, check)
     if check.count != manifest.get("count"):
-        _problem(check, f"count: the file holds {check.count} events, the manifest says "
-                        f"{manifest.get('count')}")
+        _problem(
+            check,
+            f"count: the file holds {check.count} events, the manifest says "
+            f"{manifest.get('count')}",
+        )
     if {chain: asdict(span) for chain, span in spans.items()} != manifest.get("chains"):
         _problem(check, "chains: the first/last sequences in the file are not the manifest's")
 
@@ -449,8 +525,12 @@ def _check_stored(events: list[dict[str, Any]], check: ExportCheck) -> None:
     for event in events:
         by_chain.setdefault(event["chain"], {})[event["seq"]] = event
     for chain, exported in by_chain.items():
-        stored = {row[1]: _event_dict(row) for row in AuditEvent.objects.filter(
-            chain=chain, seq__in=list(exported)).values_list(*ROW_FIELDS)}
+        stored = {
+            row[1]: _event_dict(row)
+            for row in AuditEvent.objects.filter(chain=chain, seq__in=list(exported)).values_list(
+                *ROW_FIELDS
+            )
+        }
         checkpoint_seq = latest_checkpoint(chain)[0]
         purged = 0
         for seq, event in exported.items():
@@ -462,16 +542,17 @@ def _check_stored(events: list[dict[str, Any]], check: ExportCheck) -> None:
                 continue
             differing = [name for name in ROW_FIELDS if stored[seq][name] != event.get(name)]
             if differing:
-                _problem(check, f"{chain} seq {seq}: the stored event differs "
-                                f"({', '.join(differing)})")
+                _problem(
+                    check, f"{chain} seq {seq}: the stored event differs ({', '.join(differing)})"
+                )
         if purged:
-            check.notes.append(f"{chain}: {purged} exported events were purged by retention "
-                               f"since; not compared")
+            check.notes.append(
+                f"{chain}: {purged} exported events were purged by retention since; not compared"
+            )
 
 
 def _stored_hash(chain: str, seq: int) -> str | None:
-    return (AuditEvent.objects.filter(chain=chain, seq=seq)
-            .values_list("hash", flat=True).first())
+    return AuditEvent.objects.filter(chain=chain, seq=seq).values_list("hash", flat=True).first()
 
 
 def _check_anchors(manifest: dict[str, Any], check: ExportCheck) -> None:
@@ -483,19 +564,26 @@ def _check_anchors(manifest: dict[str, Any], check: ExportCheck) -> None:
         if stored is None and head["seq"] <= latest_checkpoint(chain)[0]:
             check.notes.append(f"{chain}: the head at export time was purged by retention since")
         elif stored != head.get("hash"):
-            _problem(check, f"{chain} seq {head['seq']}: the chain head at export time is not "
-                            f"the stored event")
+            _problem(
+                check,
+                f"{chain} seq {head['seq']}: the chain head at export time is not the stored event",
+            )
     event = manifest.get("export_event") or {}
-    stored_event = (AuditEvent.objects.filter(chain=event.get("chain", ""),
-                                              seq=event.get("seq", 0))
-                    .values("action", "hash", "data").first())
+    stored_event = (
+        AuditEvent.objects.filter(chain=event.get("chain", ""), seq=event.get("seq", 0))
+        .values("action", "hash", "data")
+        .first()
+    )
     if stored_event is None:
         if event.get("seq", 0) <= latest_checkpoint(event.get("chain", ""))[0]:
             check.notes.append("the audit.exported event was purged by retention since")
         else:
             _problem(check, "export_event: the audit.exported event is not in the chain")
-    elif (stored_event["action"] != EXPORTED_ACTION or stored_event["hash"] != event.get("hash")
-          or (stored_event["data"] or {}).get("content_sha256") != manifest["content_sha256"]):
-        _problem(check, "export_event: the chain's audit.exported event does not record this "
-                        "export")
-
+    elif (
+        stored_event["action"] != EXPORTED_ACTION
+        or stored_event["hash"] != event.get("hash")
+        or (stored_event["data"] or {}).get("content_sha256") != manifest["content_sha256"]
+    ):
+        _problem(
+            check, "export_event: the chain's audit.exported event does not record this export"
+        )

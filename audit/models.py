@@ -104,8 +104,9 @@ class RetentionPolicy(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(condition=models.Q(keep_days__gte=1),
-                                   name="audit_retention_keep_days_positive")
+            models.CheckConstraint(
+                condition=models.Q(keep_days__gte=1), name="audit_retention_keep_days_positive"
+            )
         ]
 
     def __str__(self) -> str:

@@ -54,8 +54,9 @@ def record(
     lock is held only until the commit that follows. The payload is redacted and size-capped.
     """
     chain = chain_for_tenant(tenant_slug)
-    payload = redact(data or {}, sensitive_keys=sensitive_keys,
-                     max_bytes=settings.MCPTASKS_AUDIT_MAX_DATA_BYTES)
+    payload = redact(
+        data or {}, sensitive_keys=sensitive_keys, max_bytes=settings.MCPTASKS_AUDIT_MAX_DATA_BYTES
+    )
     with transaction.atomic():
         ChainHead.objects.get_or_create(chain=chain)
         head = ChainHead.objects.select_for_update().get(chain=chain)

@@ -115,25 +115,96 @@ _STRONG_PART = re.compile(
 _STRONG_WHOLE = frozenset(
     {"pass", "pwd", "pw", "cvv", "cvc", "otp", "totp", "hotp", "jwt", "bearer", "sig"}
 )
-_STRONG_PAIRS = frozenset({
-    ("api", "key"), ("private", "key"), ("access", "key"), ("signing", "key"),
-    ("encryption", "key"), ("master", "key"), ("account", "key"), ("auth", "key"),
-    ("client", "key"), ("license", "key"), ("ssh", "key"), ("app", "key"),
-    ("consumer", "key"), ("storage", "key"), ("subscription", "key"), ("session", "id"),
-    ("session", "key"), ("card", "number"), ("credit", "card"), ("security", "code"),
-    ("shared", "access"), ("amz", "signature"), ("auth", "header"),
-})
-_METADATA_LAST = frozenset({
-    "count", "counts", "length", "len", "limit", "limits", "size", "type", "types", "kind",
-    "format", "policy", "expiry", "expires", "expiration", "ttl", "at", "name", "names", "ref",
-    "arn", "path", "file", "version", "label", "url", "uri", "endpoint",
-})
+_STRONG_PAIRS = frozenset(
+    {
+        ("api", "key"),
+        ("private", "key"),
+        ("access", "key"),
+        ("signing", "key"),
+        ("encryption", "key"),
+        ("master", "key"),
+        ("account", "key"),
+        ("auth", "key"),
+        ("client", "key"),
+        ("license", "key"),
+        ("ssh", "key"),
+        ("app", "key"),
+        ("consumer", "key"),
+        ("storage", "key"),
+        ("subscription", "key"),
+        ("session", "id"),
+        ("session", "key"),
+        ("card", "number"),
+        ("credit", "card"),
+        ("security", "code"),
+        ("shared", "access"),
+        ("amz", "signature"),
+        ("auth", "header"),
+    }
+)
+_METADATA_LAST = frozenset(
+    {
+        "count",
+        "counts",
+        "length",
+        "len",
+        "limit",
+        "limits",
+        "size",
+        "type",
+        "types",
+        "kind",
+        "format",
+        "policy",
+        "expiry",
+        "expires",
+        "expiration",
+        "ttl",
+        "at",
+        "name",
+        "names",
+        "ref",
+        "arn",
+        "path",
+        "file",
+        "version",
+        "label",
+        "url",
+        "uri",
+        "endpoint",
+    }
+)
 _PLURALS = {"keys": "key", "ids": "id", "numbers": "number", "codes": "code", "cards": "card"}
-_TOKEN_QUALIFIERS = frozenset({
-    "max", "min", "num", "total", "input", "output", "prompt", "completion", "cached", "cache",
-    "reasoning", "used", "remaining", "budget", "usage", "per", "context", "page", "next",
-    "pagination", "continuation", "sync", "progress", "idempotency", "cancellation", "cursor",
-})
+_TOKEN_QUALIFIERS = frozenset(
+    {
+        "max",
+        "min",
+        "num",
+        "total",
+        "input",
+        "output",
+        "prompt",
+        "completion",
+        "cached",
+        "cache",
+        "reasoning",
+        "used",
+        "remaining",
+        "budget",
+        "usage",
+        "per",
+        "context",
+        "page",
+        "next",
+        "pagination",
+        "continuation",
+        "sync",
+        "progress",
+        "idempotency",
+        "cancellation",
+        "cursor",
+    }
+)
 _TOKEN_ID_LAST = frozenset({"id", "ids", "lookup", "prefix", "scope", "scopes", "owner", "issuer"})
 _NAME_FIELDS = frozenset({"name", "key", "header", "field", "param", "parameter", "variable"})
 _VALUE_FIELDS = frozenset({"value", "val"})
@@ -148,7 +219,7 @@ def _parts(name: str) -> list[str]:
     # "OAuth" splits as o + auth; it is one word.
     for index in range(len(parts) - 1):
         if parts[index] == "o" and parts[index + 1] == "auth":
-            parts[index: index + 2] = ["oauth"]
+            parts[index : index + 2] = ["oauth"]
             break
     return parts
 
@@ -174,9 +245,11 @@ def _key_rules(name: str) -> tuple[str, bool]:
     if not parts:
         return normalized, False
     singular = [_PLURALS.get(part, part) for part in parts]
-    strong = any(
-        _STRONG_PART.search(part) or part in _STRONG_WHOLE for part in parts
-    ) or parts[-1] == "auth" or any(pair in _STRONG_PAIRS for pair in itertools.pairwise(singular))
+    strong = (
+        any(_STRONG_PART.search(part) or part in _STRONG_WHOLE for part in parts)
+        or parts[-1] == "auth"
+        or any(pair in _STRONG_PAIRS for pair in itertools.pairwise(singular))
+    )
     tokenish = any(part in ("token", "tokens") or part.endswith("token") for part in parts)
     if not (strong or tokenish) or parts[-1] in _METADATA_LAST:
         return normalized, False
@@ -221,15 +294,31 @@ def _is_sensitive(name: str, declared: frozenset[str]) -> bool:
 # The keyed pass runs first so "Authorization: Bearer x" keeps its scheme: "Bearer [REDACTED]".
 
 _NAME_STEMS = (
-    "pass", "pw", "secret", "credential", "auth", "cookie", "key", "sess", "cvv", "cvc", "otp",
-    "jwt", "bearer", "sig", "card", "security", "shared", "token",
+    "pass",
+    "pw",
+    "secret",
+    "credential",
+    "auth",
+    "cookie",
+    "key",
+    "sess",
+    "cvv",
+    "cvc",
+    "otp",
+    "jwt",
+    "bearer",
+    "sig",
+    "card",
+    "security",
+    "shared",
+    "token",
 )
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _NAME_RUN = re.compile(r"[A-Za-z0-9_.-]{0,81}")
 _VALUE = (
-    r"(?P<vq>\\+[\"']).*?(?P=vq)"                # \"…\" inside a JSON string (or deeper)
-    r"|\"(?:[^\"\\\r\n]|\\.)*\""                 # "…"
-    r"|'(?:[^'\\\r\n]|\\.)*'"                   # '…'
+    r"(?P<vq>\\+[\"']).*?(?P=vq)"  # \"…\" inside a JSON string (or deeper)
+    r"|\"(?:[^\"\\\r\n]|\\.)*\""  # "…"
+    r"|'(?:[^'\\\r\n]|\\.)*'"  # '…'
     r"|[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>\\]+"  # a URL, whole
     r"|(?:(?:Bearer|Basic|Digest|Token|Bot|Negotiate|NTLM|bearer|basic|token)[ \t]+)?"
     r"(?:\[REDACTED\]|[^\s,;&\"'<>(){}\[\]\\]+)"  # already redacted: stays as it is
@@ -253,28 +342,52 @@ _SCHEME_PREFIX = re.compile(
 _T = "A-Za-z0-9_-"  # characters tokens are made of; a token is not preceded by one
 _TOKENS: list[tuple[str, str, str]] = [
     # PEM private keys; an unterminated block (a truncated key) goes to the end.
-    ("whole", "-", r"----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
-                   r"[\s\S]*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)"),
+    (
+        "whole",
+        "-",
+        r"----BEGIN[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----"
+        r"[\s\S]*?(?:-----END[ A-Z0-9]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
+    ),
     # scheme://user:password@host: the password only.
     ("url", ":", r"//[^\s/:@\"'<>]*+:(?P<cred>[^\s/\"'<>]+)@"),
     ("bearer", "B", r"(?<![A-Za-z0-9_].)(?:earer|EARER)[ \t]++(?P<cred>[A-Za-z0-9._~+/-]{8,}+=*+)"),
     ("bearer", "b", r"(?<![A-Za-z0-9_].)earer[ \t]++(?P<cred>[A-Za-z0-9._~+/-]{8,}+=*+)"),
-    ("basic", "B", r"(?<![A-Za-z0-9_].)(?:asic|ASIC)[ \t]++(?P<cred>[A-Za-z0-9+/]{4,}+={0,2}+)"
-                   r"(?![A-Za-z0-9+/=])"),
-    ("basic", "b", r"(?<![A-Za-z0-9_].)asic[ \t]++(?P<cred>[A-Za-z0-9+/]{4,}+={0,2}+)"
-                   r"(?![A-Za-z0-9+/=])"),
+    (
+        "basic",
+        "B",
+        r"(?<![A-Za-z0-9_].)(?:asic|ASIC)[ \t]++(?P<cred>[A-Za-z0-9+/]{4,}+={0,2}+)"
+        r"(?![A-Za-z0-9+/=])",
+    ),
+    (
+        "basic",
+        "b",
+        r"(?<![A-Za-z0-9_].)asic[ \t]++(?P<cred>[A-Za-z0-9+/]{4,}+={0,2}+)"
+        r"(?![A-Za-z0-9+/=])",
+    ),
     ("mcpt", "m", rf"(?<![{_T}].)cpt_[0-9a-f]{{6,32}}+_(?P<cred>[{_T}]{{16,}}+)"),
-    ("whole", "e", rf"(?<![{_T}].)yJ[{_T}]{{4,}}+\.[{_T}]{{4,}}+\.[{_T}]*+"  # JWT, JWE
-                   rf"(?:\.[{_T}]++\.[{_T}]++)?"),
+    (
+        "whole",
+        "e",
+        rf"(?<![{_T}].)yJ[{_T}]{{4,}}+\.[{_T}]{{4,}}+\.[{_T}]*+"  # JWT, JWE
+        rf"(?:\.[{_T}]++\.[{_T}]++)?",
+    ),
     ("whole", "A", r"(?<![A-Z0-9].)(?:KIA|SIA|BIA|CCA|3T[A-Z0-9])[A-Z0-9]{16}(?![A-Z0-9])"),
     ("whole", "A", rf"(?<![{_T}].)Iza[{_T}]{{35}}(?![{_T}])"),
     ("whole", "A", r"GE-SECRET-KEY-1[0-9A-Z]{58}"),
     ("whole", "y", rf"(?<![{_T}].)a29\.[{_T}]{{20,}}+"),
     ("whole", "G", rf"(?<![{_T}].)OCSPX-[{_T}]{{20,}}+"),
-    ("whole", "g", rf"(?<![{_T}].)(?:h[pousr]_[A-Za-z0-9]{{36,255}}(?![{_T}])"
-                   rf"|ithub_pat_[A-Za-z0-9_]{{22,255}}+|lpat-[{_T}]{{20,}}+)"),
-    ("whole", "x", rf"(?<![{_T}].)(?:ox[abposr]-[A-Za-z0-9-]{{10,}}+"
-                   rf"|app-[0-9]-[A-Za-z0-9-]{{10,}}+)"),
+    (
+        "whole",
+        "g",
+        rf"(?<![{_T}].)(?:h[pousr]_[A-Za-z0-9]{{36,255}}(?![{_T}])"
+        rf"|ithub_pat_[A-Za-z0-9_]{{22,255}}+|lpat-[{_T}]{{20,}}+)",
+    ),
+    (
+        "whole",
+        "x",
+        rf"(?<![{_T}].)(?:ox[abposr]-[A-Za-z0-9-]{{10,}}+"
+        rf"|app-[0-9]-[A-Za-z0-9-]{{10,}}+)",
+    ),
     ("whole", "h", r"ttps://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9/_-]+"),
     ("whole", "h", rf"(?<![{_T}].)v[sbr]\.[{_T}]{{20,}}+"),
     ("whole", "sr", rf"(?<![{_T}].)k_(?:live|test)_[A-Za-z0-9]{{10,}}+"),
@@ -285,9 +398,13 @@ _TOKENS: list[tuple[str, str, str]] = [
     ("whole", "s", rf"(?<![{_T}].)hp(?:at|ca|pa|ss)_[a-fA-F0-9]{{32}}"),
     ("skey", "s", rf"(?<![{_T}].)k-(?P<cred>[{_T}]{{20,}}+)"),
     # 13-19 digits, bare or grouped; the issuer range and Luhn are checked after.
-    ("card", "23456", r"(?<![A-Za-z0-9_.-].)(?:[0-9]{12,18}+"
-                      r"|[0-9]{3}(?P<sep>[ -])[0-9]{4,6}(?:(?P=sep)[0-9]{3,5}){1,3}+)"
-                      r"(?![A-Za-z0-9_-]|\.[0-9])"),
+    (
+        "card",
+        "23456",
+        r"(?<![A-Za-z0-9_.-].)(?:[0-9]{12,18}+"
+        r"|[0-9]{3}(?P<sep>[ -])[0-9]{4,6}(?:(?P=sep)[0-9]{3,5}){1,3}+)"
+        r"(?![A-Za-z0-9_-]|\.[0-9])",
+    ),
 ]
 
 
@@ -401,9 +518,13 @@ def _named_value(
     """If ``text[start:end]`` names a secret followed by its value: (value span, replacement)."""
     raw = text[start:end]
     name = raw.lstrip("-.")
-    if len(raw) > 80 or not name or not _is_sensitive(name, declared) \
-            or (end < len(text) and text[end] in _NAME_CHARS) \
-            or not (name[0].isalpha() or name[0] == "_"):
+    if (
+        len(raw) > 80
+        or not name
+        or not _is_sensitive(name, declared)
+        or (end < len(text) and text[end] in _NAME_CHARS)
+        or not (name[0].isalpha() or name[0] == "_")
+    ):
         return None
     before = text[start - 1] if start else ""
     if before in ("@", "+", "/"):
@@ -428,8 +549,12 @@ def _named_value(
         return None
     value_start, value_end = after.span("value")
     value = after.group("value")
-    if "sep" in after.re.groupindex and after.group("sep") == ":" and "cookie" in name.lower() \
-            and not value.startswith(("'", '"', "\\")):
+    if (
+        "sep" in after.re.groupindex
+        and after.group("sep") == ":"
+        and "cookie" in name.lower()
+        and not value.startswith(("'", '"', "\\"))
+    ):
         # A Cookie / Set-Cookie header: every pair on the line is a session.
         line_end = text.find("\n", value_start)
         return value_start, len(text) if line_end < 0 else line_end, REDACTED
@@ -442,7 +567,7 @@ def _xml_tag(text: str, start: int, end: int) -> str | None:
         return text[start:end]
     opening = text.rfind("<", max(0, start - 64), start - 1)
     if opening >= 0 and _XML_PREFIX.fullmatch(text, opening + 1, start - 1):
-        return text[opening + 1:end]
+        return text[opening + 1 : end]
     return None
 
 
@@ -480,8 +605,11 @@ def _token_replacement(text: str, match: re.Match[str]) -> tuple[str, int]:
         return f"{text[start:cred_start]}{REDACTED}{text[cred_end:end]}", end
     if kind == "skey":
         return (REDACTED if any(char.isdigit() for char in credential) else match.group(0)), end
-    secret = _looks_like_bearer_token(credential) if kind == "bearer" \
+    secret = (
+        _looks_like_bearer_token(credential)
+        if kind == "bearer"
         else _is_basic_credential(credential)
+    )
     if secret:
         return f"{text[start:cred_start]}{REDACTED}", end
     return text[start:cred_start], cred_start  # prose ("the bearer of…"): keep it, scan on
@@ -506,8 +634,10 @@ def _clean_key(key: str, declared: frozenset[str]) -> tuple[str, bool]:
         return cached
     cleaned = _valid_utf8(_redact_text(key, declared))
     # Judged on the cleaned key too, so that redacting twice changes nothing.
-    result = (cleaned, _is_sensitive(key, declared) or (
-        cleaned != key and _is_sensitive(cleaned, declared)))
+    result = (
+        cleaned,
+        _is_sensitive(key, declared) or (cleaned != key and _is_sensitive(cleaned, declared)),
+    )
     if result[0] == key and len(key) <= 200:
         if len(_KEY_CACHE) >= _CACHE_SIZE:
             _KEY_CACHE.clear()
@@ -540,8 +670,9 @@ class _Walker:
         if kind is dict or kind is list:
             if depth >= MAX_DEPTH:
                 return self.text(TOO_DEEP)
-            return self.mapping(value, depth + 1) if kind is dict \
-                else self.sequence(value, depth + 1)
+            return (
+                self.mapping(value, depth + 1) if kind is dict else self.sequence(value, depth + 1)
+            )
         if value is None or kind is bool:
             self._spend(5)
             return value
@@ -607,7 +738,9 @@ class _Walker:
         if not any(isinstance(key, str) and key.lower() in _VALUE_FIELDS for key in mapping):
             return False
         return any(
-            isinstance(key, str) and key.lower() in _NAME_FIELDS and isinstance(name, str)
+            isinstance(key, str)
+            and key.lower() in _NAME_FIELDS
+            and isinstance(name, str)
             and _is_sensitive(name, self.declared)
             for key, name in mapping.items()
         )
@@ -623,8 +756,7 @@ class _Walker:
         for item in items:
             if pairs and _is_sensitive(item[0], self.declared):
                 result.append([self.text(item[0]), self.secret(item[1])])
-            elif secret_next and isinstance(item, str | int | float) \
-                    and not isinstance(item, bool):
+            elif secret_next and isinstance(item, str | int | float) and not isinstance(item, bool):
                 result.append(self.secret(item))
             else:
                 result.append(self.value(item, depth))
@@ -684,8 +816,11 @@ def _stub(value: Any, max_bytes: int) -> dict[str, Any]:
         "truncated": True,
         "bytes": _payload_size(value),
         "max_bytes": max_bytes,
-        "type": "object" if isinstance(value, Mapping) else
-        "array" if isinstance(value, list | tuple | Set) else "string",
+        "type": "object"
+        if isinstance(value, Mapping)
+        else "array"
+        if isinstance(value, list | tuple | Set)
+        else "string",
     }
     if isinstance(value, Mapping):
         keys = []

@@ -42,8 +42,9 @@ class PurgeResult:
     event_seq: int | None  # the audit.purged event, None when nothing was old enough
 
 
-def purge_tenant(*, tenant_slug: str, older_than_days: int, actor: Actor,
-                 now: datetime | None = None) -> PurgeResult:
+def purge_tenant(
+    *, tenant_slug: str, older_than_days: int, actor: Actor, now: datetime | None = None
+) -> PurgeResult:
     """Purge a tenant's audit events older than ``older_than_days`` (≥ 1) days.
 
     Raises :class:`RetentionRefused` for an unknown tenant, a bad age, or a broken chain.
@@ -56,9 +57,14 @@ def purge_tenant(*, tenant_slug: str, older_than_days: int, actor: Actor,
     if tenant is None:
         raise RetentionRefused(f"no tenant {tenant_slug!r}")
     cutoff = (now or timezone.now()) - timedelta(days=older_than_days)
-    return _purge_chain(chain=chain_for_tenant(tenant.slug), tenant_id=tenant.pk,
-                        tenant_slug=tenant.slug, cutoff=cutoff,
-                        older_than_days=older_than_days, actor=actor)
+    return _purge_chain(
+        chain=chain_for_tenant(tenant.slug),
+        tenant_id=tenant.pk,
+        tenant_slug=tenant.slug,
+        cutoff=cutoff,
+        older_than_days=older_than_days,
+        actor=actor,
+    )
 
 
 def purge_due(*, actor: Actor | None = None, now: datetime | None = None) -> list[PurgeResult]:
@@ -68,11 +74,13 @@ def purge_due(*, actor: Actor | None = None, now: datetime | None = None) -> lis
     """
     actor = actor or Actor.system("retention")
     results = []
-    for slug, days in (RetentionPolicy.objects.order_by("tenant__slug")
-                       .values_list("tenant__slug", "keep_days")):
+    for slug, days in RetentionPolicy.objects.order_by("tenant__slug").values_list(
+        "tenant__slug", "keep_days"
+    ):
         try:
-            results.append(purge_tenant(tenant_slug=slug, older_than_days=days, actor=actor,
-                                        now=now))
+            results.append(
+                purge_tenant(tenant_slug=slug, older_than_days=days, actor=actor, now=now)
+            )
         except RetentionRefused as exc:
             log.error("audit retention refused for tenant %s: %s", slug, exc)
     return results
@@ -81,15 +89,23 @@ def purge_due(*, actor: Actor | None = None, now: datetime | None = None) -> lis
 def _last_purgeable_seq(chain: str, cutoff: datetime) -> int:
     """The end of the prefix of events older than ``cutoff`` (0 if there is none)."""
     events = AuditEvent.objects.filter(chain=chain)
-    first_kept = (events.filter(created_at__gte=cutoff).order_by("seq")
-                  .values_list("seq", flat=True).first())
+    first_kept = (
+        events.filter(created_at__gte=cutoff).order_by("seq").values_list("seq", flat=True).first()
+    )
     if first_kept is not None:
         return first_kept - 1
     return events.order_by("-seq").values_list("seq", flat=True).first() or 0
 
 
-def _purge_chain(*, chain: str, tenant_id: int | None, tenant_slug: str | None,
-                 cutoff: datetime, older_than_days: int, actor: Actor) -> PurgeResult:
+def _purge_chain(
+    *,
+    chain: str,
+    tenant_id: int | None,
+    tenant_slug: str | None,
+    cutoff: datetime,
+    older_than_days: int,
+    actor: Actor,
+) -> PurgeResult:
     report = verify_chain(chain)
     if report.broken is not None:
         raise RetentionRefused(f"refusing to purge a broken chain: {report.broken}")
@@ -97,24 +113,39 @@ def _purge_chain(*, chain: str, tenant_id: int | None, tenant_slug: str | None,
         start_seq, start_hash = latest_checkpoint(chain)
         last_seq = _last_purgeable_seq(chain, cutoff)
         if last_seq <= start_seq:
-            return PurgeResult(chain=chain, purged=0, checkpoint_seq=start_seq,
-                               checkpoint_hash=start_hash, event_seq=None)
-        last_hash = AuditEvent.objects.values_list("hash", flat=True).get(chain=chain,
-                                                                          seq=last_seq)
+            return PurgeResult(
+                chain=chain,
+                purged=0,
+                checkpoint_seq=start_seq,
+                checkpoint_hash=start_hash,
+                event_seq=None,
+            )
+        last_hash = AuditEvent.objects.values_list("hash", flat=True).get(chain=chain, seq=last_seq)
         _allow_delete(True)
         purged, _ = AuditEvent.objects.filter(chain=chain, seq__lte=last_seq).delete()
         _allow_delete(False)
-        RetentionCheckpoint.objects.create(chain=chain, seq=last_seq, hash=last_hash,
-                                           purged=purged, cutoff=cutoff)
-        event = record(action=PURGED_ACTION, actor=actor, tenant_id=tenant_id,
-                       tenant_slug=tenant_slug, data={
-                           "checkpoint": {"seq": last_seq, "hash": last_hash},
-                           "purged": purged,
-                           "older_than_days": older_than_days,
-                           "cutoff": cutoff.isoformat(),
-                       })
-    return PurgeResult(chain=chain, purged=purged, checkpoint_seq=last_seq,
-                       checkpoint_hash=last_hash, event_seq=event.seq)
+        RetentionCheckpoint.objects.create(
+            chain=chain, seq=last_seq, hash=last_hash, purged=purged, cutoff=cutoff
+        )
+        event = record(
+            action=PURGED_ACTION,
+            actor=actor,
+            tenant_id=tenant_id,
+            tenant_slug=tenant_slug,
+            data={
+                "checkpoint": {"seq": last_seq, "hash": last_hash},
+                "purged": purged,
+                "older_than_days": older_than_days,
+                "cutoff": cutoff.isoformat(),
+            },
+        )
+    return PurgeResult(
+        chain=chain,
+        purged=purged,
+        checkpoint_seq=last_seq,
+        checkpoint_hash=last_hash,
+        event_seq=event.seq,
+    )
 
 
 def _allow_delete(allowed: bool) -> None:
@@ -122,5 +153,6 @@ def _allow_delete(allowed: bool) -> None:
     if connection.vendor != "postgresql":
         return
     with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config(%s, %s, true)",
-                       [RETENTION_SETTING, "on" if allowed else "off"])
+        cursor.execute(
+            "SELECT set_config(%s, %s, true)", [RETENTION_SETTING, "on" if allowed else "off"]
+        )

@@ -41,13 +41,18 @@ def key_id_of(public_key_raw: bytes) -> str:
 
 def derive_key(secret: str) -> SigningKey:
     """The Ed25519 key a secret derives (deterministic)."""
-    seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                info=_HKDF_INFO).derive(secret.encode())
+    seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_HKDF_INFO).derive(
+        secret.encode()
+    )
     private_key = Ed25519PrivateKey.from_private_bytes(seed)
-    raw = private_key.public_key().public_bytes(serialization.Encoding.Raw,
-                                                serialization.PublicFormat.Raw)
-    return SigningKey(private_key=private_key, public_key_b64=base64.b64encode(raw).decode(),
-                      key_id=key_id_of(raw))
+    raw = private_key.public_key().public_bytes(
+        serialization.Encoding.Raw, serialization.PublicFormat.Raw
+    )
+    return SigningKey(
+        private_key=private_key,
+        public_key_b64=base64.b64encode(raw).decode(),
+        key_id=key_id_of(raw),
+    )
 
 
 def current_key() -> SigningKey:
@@ -72,8 +77,10 @@ def signed_bytes(document: dict[str, Any]) -> bytes:
 def sign(document: dict[str, Any], key: SigningKey | None = None) -> dict[str, Any]:
     """Return ``document`` with ``signing`` (algorithm, key id, public key) and ``signature``."""
     key = key or current_key()
-    signed = {**document, "signing": {"algorithm": ALGORITHM, "key_id": key.key_id,
-                                      "public_key": key.public_key_b64}}
+    signed = {
+        **document,
+        "signing": {"algorithm": ALGORITHM, "key_id": key.key_id, "public_key": key.public_key_b64},
+    }
     signature = key.private_key.sign(signed_bytes(signed))
     return {**signed, "signature": base64.b64encode(signature).decode()}
 
@@ -97,8 +104,9 @@ def check_signature(document: dict[str, Any], trusted: dict[str, str]) -> str:
         raise SignatureError("the manifest's public key does not match its key id")
     try:
         public_key = Ed25519PublicKey.from_public_bytes(base64.b64decode(trusted[key_id]))
-        public_key.verify(base64.b64decode(document.get("signature", ""), validate=True),
-                          signed_bytes(document))
+        public_key.verify(
+            base64.b64decode(document.get("signature", ""), validate=True), signed_bytes(document)
+        )
     except (InvalidSignature, ValueError) as exc:
         raise SignatureError("the signature does not match the manifest") from exc
     return key_id

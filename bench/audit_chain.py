@@ -31,8 +31,10 @@ from _pg import dedicated_database, migrate, setup_django
 def _ms(values: list[float]) -> str:
     ordered = sorted(values)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return (f"mean {statistics.fmean(values) * 1000:.3f} ms, p50 "
-            f"{statistics.median(values) * 1000:.3f} ms, p99 {p99 * 1000:.3f} ms")
+    return (
+        f"mean {statistics.fmean(values) * 1000:.3f} ms, p50 "
+        f"{statistics.median(values) * 1000:.3f} ms, p99 {p99 * 1000:.3f} ms"
+    )
 
 
 class HeadLockClock:
@@ -41,8 +43,9 @@ class HeadLockClock:
     def __init__(self) -> None:
         self.local = threading.local()
 
-    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool,
-                 context: Any) -> Any:
+    def __call__(
+        self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any
+    ) -> Any:
         started = time.perf_counter()
         result = execute(sql, params, many, context)
         if "FOR UPDATE" in sql and "audit_chainhead" in sql:
@@ -64,10 +67,15 @@ def make_tasks(count: int, tenant_slug: str) -> list[tuple[str, int, str]]:
     tasks = []
     for _ in range(count):
         task, _created = lifecycle.task_create(
-            spec=lifecycle.NewTask(tenant_id=tenant.pk, principal_id=user.pk,
-                                   tool_name="echo_task", arguments={"text": "hi"},
-                                   policy_revision="bench"),
-            actor=Actor.for_user(user, kind="principal"))
+            spec=lifecycle.NewTask(
+                tenant_id=tenant.pk,
+                principal_id=user.pk,
+                tool_name="echo_task",
+                arguments={"text": "hi"},
+                policy_revision="bench",
+            ),
+            actor=Actor.for_user(user, kind="principal"),
+        )
         tasks.append((task.pk, tenant.pk, tenant.slug))
     return tasks
 
@@ -86,9 +94,14 @@ def transition(task: tuple[str, int, str], audited: bool, clock: HeadLockClock) 
         Task.objects.filter(pk=task_id).update(version=F("version") + 1, status_message="x")
         if audited:
             cpu = time.thread_time()
-            record(action="task.started", actor=Actor.system("bench"), tenant_id=tenant_id,
-                   tenant_slug=tenant_slug, task_id=task_id,
-                   data={"state": "running", "attempt": 1})
+            record(
+                action="task.started",
+                actor=Actor.system("bench"),
+                tenant_id=tenant_id,
+                tenant_slug=tenant_slug,
+                task_id=task_id,
+                data={"state": "running", "attempt": 1},
+            )
             clock.local.record_cpu = time.thread_time() - cpu
             clock.local.before_commit = time.perf_counter() - clock.local.locked_at
     return time.perf_counter() - clock.local.locked_at if audited else None
@@ -115,13 +128,17 @@ def overhead(task: tuple[str, int, str], count: int) -> None:
     plain, chained = timings[False], timings[True]
     print(f"transition without audit: {_ms(plain)}")
     print(f"transition with audit:    {_ms(chained)}")
-    print(f"chain overhead per transition: "
-          f"{(statistics.median(chained) - statistics.median(plain)) * 1000:.3f} ms (p50 "
-          f"difference), {(statistics.fmean(chained) - statistics.fmean(plain)) * 1000:.3f} ms "
-          f"(mean difference)")
+    print(
+        f"chain overhead per transition: "
+        f"{(statistics.median(chained) - statistics.median(plain)) * 1000:.3f} ms (p50 "
+        f"difference), {(statistics.fmean(chained) - statistics.fmean(plain)) * 1000:.3f} ms "
+        f"(mean difference)"
+    )
     print(f"audit.record CPU time (redact, RFC 8785, SHA-256, ORM): {_ms(record_cpu)}")
-    print(f"head lock held, one writer: {_ms(holds)}; of which before COMMIT (INSERT + head "
-          f"UPDATE): {_ms(before_commit)}")
+    print(
+        f"head lock held, one writer: {_ms(holds)}; of which before COMMIT (INSERT + head "
+        f"UPDATE): {_ms(before_commit)}"
+    )
 
 
 def concurrent(tasks: list[tuple[str, int, str]], writers: int, count: int, label: str) -> None:
@@ -149,8 +166,10 @@ def concurrent(tasks: list[tuple[str, int, str]], writers: int, count: int, labe
     for thread in threads:
         thread.join()
     seconds = time.perf_counter() - started
-    print(f"{label}: {writers * count / seconds:,.0f} audited transitions/s; head lock held "
-          f"{_ms(holds)}; SELECT FOR UPDATE of the head took {_ms(waits)}")
+    print(
+        f"{label}: {writers * count / seconds:,.0f} audited transitions/s; head lock held "
+        f"{_ms(holds)}; SELECT FOR UPDATE of the head took {_ms(waits)}"
+    )
 
 
 def main() -> None:
@@ -166,8 +185,9 @@ def main() -> None:
         overhead(busy[0], args.transitions)
         per_writer = max(1, args.transitions // args.writers)
         concurrent(busy, args.writers, per_writer, f"{args.writers} writers, one tenant")
-        concurrent(spread, args.writers, per_writer,
-                   f"{args.writers} writers, {args.writers} tenants")
+        concurrent(
+            spread, args.writers, per_writer, f"{args.writers} writers, {args.writers} tenants"
+        )
         from audit.chain import verify_chains
 
         assert all(report.ok for report in verify_chains()), "chains must verify after the bench"

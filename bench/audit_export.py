@@ -28,8 +28,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _pg import dedicated_database, migrate, setup_django
 
-ACTIONS = ("task.created", "task.started", "task.input_requested", "task.input_answered",
-           "task.completed", "task.failed", "effect.reconciled", "task.cancel_requested")
+ACTIONS = (
+    "task.created",
+    "task.started",
+    "task.input_requested",
+    "task.input_answered",
+    "task.completed",
+    "task.failed",
+    "effect.reconciled",
+    "task.cancel_requested",
+)
 BATCH = 5000
 TARGET_RATE = 50_000
 TARGET_RSS_MB = 150
@@ -48,11 +56,14 @@ def _copy(rows: list[dict[str, Any]]) -> None:
     from django.db import connection
 
     columns = list(rows[0])
-    with connection.cursor() as cursor, cursor.cursor.copy(
-            f"COPY audit_auditevent ({', '.join(columns)}) FROM STDIN") as copy:
+    with (
+        connection.cursor() as cursor,
+        cursor.cursor.copy(f"COPY audit_auditevent ({', '.join(columns)}) FROM STDIN") as copy,
+    ):
         for row in rows:
-            copy.write_row([json.dumps(row["data"]) if name == "data" else row[name]
-                            for name in columns])
+            copy.write_row(
+                [json.dumps(row["data"]) if name == "data" else row[name] for name in columns]
+            )
 
 
 def _bulk_create(rows: list[dict[str, Any]]) -> None:
@@ -61,8 +72,9 @@ def _bulk_create(rows: list[dict[str, Any]]) -> None:
     AuditEvent.objects.bulk_create([AuditEvent(**row) for row in rows])
 
 
-def _seed_chain(chain: str, tenant_id: int, count: int, start: datetime,
-                span_s: float, method: str) -> tuple[str, int, str]:
+def _seed_chain(
+    chain: str, tenant_id: int, count: int, start: datetime, span_s: float, method: str
+) -> tuple[str, int, str]:
     """Insert ``count`` linked events into ``chain``; return (chain, last seq, last hash).
 
     The hashes are the writer's (SHA-256 over prev_hash and RFC 8785 JSON). For these events —
@@ -90,14 +102,31 @@ def _seed_chain(chain: str, tenant_id: int, count: int, start: datetime,
     for seq in range(1, count + 1):
         created_at = start + timedelta(seconds=seq * step)
         task_id = f"tsk_{tenant_id:02d}{seq // 7:010d}"
-        data = {"state": "running", "attempt": 1 + seq % 3, "tool": "deploy_service",
-                "arguments": {"service": f"svc-{seq % 97}", "region": "eu-west-1",
-                              "replicas": seq % 5, "api_key": "[REDACTED]"},
-                "note": "rolled out to canary then to the fleet"}
-        fields = {"chain": chain, "seq": seq, "created_at": created_at.isoformat(),
-                  "tenant_id": tenant_id, "actor_kind": "principal", "actor_id": str(seq % 50),
-                  "actor_display": f"user{seq % 50}", "action": ACTIONS[seq % len(ACTIONS)],
-                  "task_id": task_id, "data": data, "request_id": f"req-{seq:09d}"}
+        data = {
+            "state": "running",
+            "attempt": 1 + seq % 3,
+            "tool": "deploy_service",
+            "arguments": {
+                "service": f"svc-{seq % 97}",
+                "region": "eu-west-1",
+                "replicas": seq % 5,
+                "api_key": "[REDACTED]",
+            },
+            "note": "rolled out to canary then to the fleet",
+        }
+        fields = {
+            "chain": chain,
+            "seq": seq,
+            "created_at": created_at.isoformat(),
+            "tenant_id": tenant_id,
+            "actor_kind": "principal",
+            "actor_id": str(seq % 50),
+            "actor_display": f"user{seq % 50}",
+            "action": ACTIONS[seq % len(ACTIONS)],
+            "task_id": task_id,
+            "data": data,
+            "request_id": f"req-{seq:09d}",
+        }
         digest = link_hash(prev_hash, event_body(**fields))
         fields["created_at"] = created_at
         rows.append({**fields, "prev_hash": prev_hash, "hash": digest})
@@ -113,16 +142,31 @@ def seed(database_url: str, events: int, chains: int, method: str) -> float:
     from audit.models import ChainHead
     from mcptasks.models import Tenant
 
-    tenants = [Tenant.objects.create(slug=f"bench{index:02d}", name=f"Bench {index}")
-               for index in range(chains)]
+    tenants = [
+        Tenant.objects.create(slug=f"bench{index:02d}", name=f"Bench {index}")
+        for index in range(chains)
+    ]
     per_chain = events // chains
     start = datetime.now(UTC) - timedelta(days=400)
     began = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=os.cpu_count() or 2, initializer=_init_worker,
-                             initargs=(database_url,),
-                             mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(_seed_chain, f"tenant:{tenant.slug}", tenant.pk, per_chain,
-                               start, 399 * 86400.0, method) for tenant in tenants]
+    with ProcessPoolExecutor(
+        max_workers=os.cpu_count() or 2,
+        initializer=_init_worker,
+        initargs=(database_url,),
+        mp_context=multiprocessing.get_context("spawn"),
+    ) as pool:
+        futures = [
+            pool.submit(
+                _seed_chain,
+                f"tenant:{tenant.slug}",
+                tenant.pk,
+                per_chain,
+                start,
+                399 * 86400.0,
+                method,
+            )
+            for tenant in tenants
+        ]
         for future in futures:
             chain, seq, digest = future.result()
             ChainHead.objects.update_or_create(chain=chain, defaults={"seq": seq, "hash": digest})
@@ -144,11 +188,16 @@ def export_child(database_url: str, fmt: str, out: str, verify: bool) -> None:
     with open(out, "wb") as stream:
         manifest = export_to_file(ExportFilters(), fmt, stream, actor=Actor.system("bench"))
     seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - cpu_began
-    result: dict[str, Any] = {"format": fmt, "events": manifest["count"], "seconds": seconds,
-                              "events_per_s": manifest["count"] / seconds,
-                              "cpu_seconds": cpu_seconds,
-                              "baseline_rss_mb": baseline, "peak_rss_mb": _rss_mb(),
-                              "bytes": Path(out).stat().st_size}
+    result: dict[str, Any] = {
+        "format": fmt,
+        "events": manifest["count"],
+        "seconds": seconds,
+        "events_per_s": manifest["count"] / seconds,
+        "cpu_seconds": cpu_seconds,
+        "baseline_rss_mb": baseline,
+        "peak_rss_mb": _rss_mb(),
+        "bytes": Path(out).stat().st_size,
+    }
     if verify:
         began = time.perf_counter()
         with open(out, "rb") as stream:
@@ -165,14 +214,23 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--chains", type=int, default=10)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
-    parser.add_argument("--database", metavar="URL",
-                        help="export from this already seeded database (kept) instead")
-    parser.add_argument("--seed-with", choices=("copy", "bulk_create"), default="copy",
-                        help="how to insert the precomputed events (COPY: ~10x faster)")
-    parser.add_argument("--verify", action="store_true",
-                        help="also time verify_export (recomputes every hash: slow)")
-    parser.add_argument("--export-child", nargs=3, metavar=("URL", "FORMAT", "OUT"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--database", metavar="URL", help="export from this already seeded database (kept) instead"
+    )
+    parser.add_argument(
+        "--seed-with",
+        choices=("copy", "bulk_create"),
+        default="copy",
+        help="how to insert the precomputed events (COPY: ~10x faster)",
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="also time verify_export (recomputes every hash: slow)",
+    )
+    parser.add_argument(
+        "--export-child", nargs=3, metavar=("URL", "FORMAT", "OUT"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.export_child:
         export_child(*args.export_child, verify=args.verify)
@@ -187,8 +245,11 @@ def main() -> None:
         from audit.models import AuditEvent
 
         total = AuditEvent.objects.count()
-        print(f"seeded {total:,} events in {args.chains} chains in {seconds:.1f} s "
-              f"({total / seconds:,.0f} events/s, {args.seed_with})", flush=True)
+        print(
+            f"seeded {total:,} events in {args.chains} chains in {seconds:.1f} s "
+            f"({total / seconds:,.0f} events/s, {args.seed_with})",
+            flush=True,
+        )
         from django.db import connections
 
         connections.close_all()
@@ -202,18 +263,28 @@ def run_exports(url: str, verify: bool) -> None:
         command = [sys.executable, __file__, "--export-child", url, fmt, out]
         if verify:
             command.append("--verify")
-        result = json.loads(subprocess.run(command, check=True, capture_output=True,
-                                           text=True).stdout.strip().splitlines()[-1])
-        verdict = ("ok" if result["events_per_s"] >= TARGET_RATE
-                   and result["peak_rss_mb"] < TARGET_RSS_MB else "MISSED TARGET")
-        line = (f"export {fmt:5}: {result['events']:,} events in {result['seconds']:.1f} s = "
-                f"{result['events_per_s']:,.0f} events/s (exporter CPU "
-                f"{result['cpu_seconds']:.1f} s); peak RSS {result['peak_rss_mb']:.0f} MB "
-                f"(after setup {result['baseline_rss_mb']:.0f} MB); "
-                f"{result['bytes'] / 1e6:,.0f} MB written [{verdict}]")
+        result = json.loads(
+            subprocess.run(command, check=True, capture_output=True, text=True)
+            .stdout.strip()
+            .splitlines()[-1]
+        )
+        verdict = (
+            "ok"
+            if result["events_per_s"] >= TARGET_RATE and result["peak_rss_mb"] < TARGET_RSS_MB
+            else "MISSED TARGET"
+        )
+        line = (
+            f"export {fmt:5}: {result['events']:,} events in {result['seconds']:.1f} s = "
+            f"{result['events_per_s']:,.0f} events/s (exporter CPU "
+            f"{result['cpu_seconds']:.1f} s); peak RSS {result['peak_rss_mb']:.0f} MB "
+            f"(after setup {result['baseline_rss_mb']:.0f} MB); "
+            f"{result['bytes'] / 1e6:,.0f} MB written [{verdict}]"
+        )
         if verify:
-            line += (f"; verify_export {result['verify_seconds']:.1f} s "
-                     f"({'verified' if result['verified'] else 'FAILED'})")
+            line += (
+                f"; verify_export {result['verify_seconds']:.1f} s "
+                f"({'verified' if result['verified'] else 'FAILED'})"
+            )
         print(line, flush=True)
 
 

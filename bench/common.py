@@ -38,8 +38,11 @@ def median(values: list[float]) -> float:
 
 
 def psql(sql: str) -> None:
-    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", sql, "postgres"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", sql, "postgres"],
+        check=True,
+        capture_output=True,
+    )
 
 
 @contextmanager
@@ -49,21 +52,32 @@ def bench_database(name: str) -> Iterator[str]:
     psql(f"CREATE DATABASE {name}")
     url = f"{PG}/{name}"
     try:
-        subprocess.run([str(BIN / "python"), "manage.py", "migrate", "-v0"], cwd=REPO,
-                       env=bench_env(url), check=True)
+        subprocess.run(
+            [str(BIN / "python"), "manage.py", "migrate", "-v0"],
+            cwd=REPO,
+            env=bench_env(url),
+            check=True,
+        )
         yield url
     finally:
         psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def bench_env(database_url: str, redis_db: int = 3, **extra: str) -> dict[str, str]:
-    return {**os.environ, "DATABASE_URL": database_url,
-            "REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}",
-            "SECRET_KEY": "bench-secret", "MCPTASKS_REQUEST_STATE_KEY": "bench",
-            "MCPTASKS_AUDIT_SIGNING_KEY": "bench", "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-            "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
-            "SECURE_SSL_REDIRECT": "false", "LOG_LEVEL": "WARNING",
-            "MCPTASKS_POLL_BURST": "1000000000", **extra}
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        "SECRET_KEY": "bench-secret",
+        "MCPTASKS_REQUEST_STATE_KEY": "bench",
+        "MCPTASKS_AUDIT_SIGNING_KEY": "bench",
+        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+        "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
+        "SECURE_SSL_REDIRECT": "false",
+        "LOG_LEVEL": "WARNING",
+        "MCPTASKS_POLL_BURST": "1000000000",
+        **extra,
+    }
 
 
 class Server:
@@ -72,15 +86,43 @@ class Server:
     def __init__(self, kind: str, env: dict[str, str], log: Path) -> None:
         self.kind, self.port = kind, free_port()
         if kind == "daphne":
-            argv = [str(BIN / "python"), "manage.py", "serve", "--host", "127.0.0.1",
-                    "--port", str(self.port), "--no-worker"]
+            argv = [
+                str(BIN / "python"),
+                "manage.py",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--no-worker",
+            ]
         else:
-            argv = [str(BIN / "python"), "-m", "uvicorn", "mcptasks.asgi:application",
-                    "--host", "127.0.0.1", "--port", str(self.port), "--lifespan", "off",
-                    "--no-access-log", "--log-level", "warning", "--backlog", "4096"]
+            argv = [
+                str(BIN / "python"),
+                "-m",
+                "uvicorn",
+                "mcptasks.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--lifespan",
+                "off",
+                "--no-access-log",
+                "--log-level",
+                "warning",
+                "--backlog",
+                "4096",
+            ]
         self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=self.log,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        self.process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.url = f"http://127.0.0.1:{self.port}"
         import httpx
 

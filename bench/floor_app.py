@@ -25,14 +25,24 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["path"] == "/insert":
             await connection.execute(
                 "INSERT INTO bench_floor (id, payload) VALUES (%s, %s)",
-                (secrets.token_urlsafe(24), json.dumps({"tool": "echo_task"})))
+                (secrets.token_urlsafe(24), json.dumps({"tool": "echo_task"})),
+            )
             body = b'{"ok":true}'
         else:
-            row = await (await connection.execute(
-                "SELECT id, state, version, status_message FROM mcptasks_task WHERE id = %s",
-                (os.environ["FLOOR_TASK_ID"],))).fetchone()
-            body = json.dumps({"id": row[0], "state": row[1], "version": row[2],
-                               "message": row[3]}).encode()
-    await send({"type": "http.response.start", "status": 200,
-                "headers": [(b"content-type", b"application/json")]})
+            row = await (
+                await connection.execute(
+                    "SELECT id, state, version, status_message FROM mcptasks_task WHERE id = %s",
+                    (os.environ["FLOOR_TASK_ID"],),
+                )
+            ).fetchone()
+            body = json.dumps(
+                {"id": row[0], "state": row[1], "version": row[2], "message": row[3]}
+            ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

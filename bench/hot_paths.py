@@ -23,16 +23,35 @@ from bench.common import BIN, REPO, RESULTS, bench_database, bench_env, free_por
 
 VERSION = "2026-07-28"
 CAPS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
-META = {"io.modelcontextprotocol/protocolVersion": VERSION,
-        "io.modelcontextprotocol/clientCapabilities": CAPS}
+META = {
+    "io.modelcontextprotocol/protocolVersion": VERSION,
+    "io.modelcontextprotocol/clientCapabilities": CAPS,
+}
 
 
 def uvicorn(app: str, env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [str(BIN / "python"), "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-         "--lifespan", "off", "--no-access-log", "--log-level", "warning"],
-        cwd=REPO, env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT)  # noqa: SIM115
+        [
+            str(BIN / "python"),
+            "-m",
+            "uvicorn",
+            app,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--lifespan",
+            "off",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=open(log, "w"),  # noqa: SIM115 - the process owns it until it exits
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     import httpx
 
@@ -45,12 +64,29 @@ def uvicorn(app: str, env: dict[str, str], log: Path) -> tuple[subprocess.Popen,
     return process, url
 
 
-def hey(url: str, *, body: bytes = b"", headers: dict[str, str] | None = None,
-        seconds: int = 8, concurrency: int = 32, rate: float | None = None) -> dict[str, float]:
+def hey(
+    url: str,
+    *,
+    body: bytes = b"",
+    headers: dict[str, str] | None = None,
+    seconds: int = 8,
+    concurrency: int = 32,
+    rate: float | None = None,
+) -> dict[str, float]:
     with tempfile.NamedTemporaryFile("wb", delete=False) as handle:
         handle.write(body)
-    argv = ["hey", "-z", f"{seconds}s", "-c", str(concurrency), "-m", "POST",
-            "-D", handle.name, "-disable-keepalive=false"]
+    argv = [
+        "hey",
+        "-z",
+        f"{seconds}s",
+        "-c",
+        str(concurrency),
+        "-m",
+        "POST",
+        "-D",
+        handle.name,
+        "-disable-keepalive=false",
+    ]
     if rate:
         argv += ["-q", f"{max(rate / concurrency, 0.1):.2f}"]
     for key, value in (headers or {}).items():
@@ -61,28 +97,39 @@ def hey(url: str, *, body: bytes = b"", headers: dict[str, str] | None = None,
     p50 = re.search(r"50%+ in ([\d.]+) secs", output)
     p99 = re.search(r"99%+ in ([\d.]+) secs", output)
     codes = dict(re.findall(r"\[(\d{3})\]\s+(\d+) responses", output))
-    return {"rps": rps, "p50_ms": float(p50.group(1)) * 1000 if p50 else float("nan"),
-            "p99_ms": float(p99.group(1)) * 1000 if p99 else float("nan"),
-            "non_200": sum(int(n) for code, n in codes.items() if code != "200")}
+    return {
+        "rps": rps,
+        "p50_ms": float(p50.group(1)) * 1000 if p50 else float("nan"),
+        "p99_ms": float(p99.group(1)) * 1000 if p99 else float("nan"),
+        "non_200": sum(int(n) for code, n in codes.items() if code != "200"),
+    }
 
 
 def best_of(runs: int, measure: Any) -> dict[str, float]:
     results = [measure() for _ in range(runs)]
-    return {"rps": median([r["rps"] for r in results]),
-            "p50_ms": median([r["p50_ms"] for r in results]),
-            "p99_ms": median([r["p99_ms"] for r in results]),
-            "non_200": sum(r["non_200"] for r in results)}
+    return {
+        "rps": median([r["rps"] for r in results]),
+        "p50_ms": median([r["p50_ms"] for r in results]),
+        "p99_ms": median([r["p99_ms"] for r in results]),
+        "non_200": sum(r["non_200"] for r in results),
+    }
 
 
 def mcp_headers(token: str, method: str, name: str) -> dict[str, str]:
-    return {"Content-Type": "application/json", "Accept": "application/json",
-            "MCP-Protocol-Version": VERSION, "Mcp-Method": method, "Mcp-Name": name,
-            "Authorization": f"Bearer {token}"}
+    return {
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "MCP-Protocol-Version": VERSION,
+        "Mcp-Method": method,
+        "Mcp-Name": name,
+        "Authorization": f"Bearer {token}",
+    }
 
 
 def body(method: str, params: dict[str, Any]) -> bytes:
-    return json.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
-                       "params": {**params, "_meta": META}}).encode()
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": META}}
+    ).encode()
 
 
 def setup(url: str, extra_tasks: int) -> tuple[str, str]:
@@ -100,18 +147,30 @@ def setup(url: str, extra_tasks: int) -> tuple[str, str]:
     with transaction.atomic():
         cast = seed_cast()
     entry = cast["alice"]
-    task, _ = lifecycle.task_create(spec=lifecycle.NewTask(
-        tenant_id=entry["tenant"].pk, principal_id=entry["user"].pk, tool_name="echo_task",
-        arguments={"text": "bench"}, policy_revision="bench", ttl_ms=None),
-        actor=Actor.system("bench"))
+    task, _ = lifecycle.task_create(
+        spec=lifecycle.NewTask(
+            tenant_id=entry["tenant"].pk,
+            principal_id=entry["user"].pk,
+            tool_name="echo_task",
+            arguments={"text": "bench"},
+            policy_revision="bench",
+            ttl_ms=None,
+        ),
+        actor=Actor.system("bench"),
+    )
     runner.run_task(task.pk)
     if extra_tasks:
         template = Task.objects.get(pk=task.pk)
         batch = []
         for _ in range(extra_tasks):
             template.pk = None
-            clone = Task(**{f.attname: getattr(template, f.attname)
-                            for f in Task._meta.concrete_fields if f.attname != "id"})
+            clone = Task(
+                **{
+                    f.attname: getattr(template, f.attname)
+                    for f in Task._meta.concrete_fields
+                    if f.attname != "id"
+                }
+            )
             batch.append(clone)
             if len(batch) == 5000:
                 Task.objects.bulk_create(batch)
@@ -120,16 +179,20 @@ def setup(url: str, extra_tasks: int) -> tuple[str, str]:
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE mcptasks_task")
     with connection.cursor() as cursor:
-        cursor.execute("CREATE TABLE IF NOT EXISTS bench_floor (id text primary key, "
-                       "payload jsonb, created_at timestamptz default now())")
+        cursor.execute(
+            "CREATE TABLE IF NOT EXISTS bench_floor (id text primary key, "
+            "payload jsonb, created_at timestamptz default now())"
+        )
     return entry["token"], task.pk
 
 
-def run_http(url: str, runs: int, seconds: int, extra_tasks: int,
-             results: dict[str, Any]) -> None:
+def run_http(url: str, runs: int, seconds: int, extra_tasks: int, results: dict[str, Any]) -> None:
     token, task_id = setup(url, extra_tasks)
-    env = bench_env(url, MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL="100000000",
-                    MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT="100000000")
+    env = bench_env(
+        url,
+        MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL="100000000",
+        MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT="100000000",
+    )
     floor_env = {**env, "FLOOR_DSN": url, "FLOOR_TASK_ID": task_id}
     ours, ours_url = uvicorn("mcptasks.asgi:application", env, RESULTS / "ours.log")
     floor, floor_url = uvicorn("bench.floor_app:app", floor_env, RESULTS / "floor.log")
@@ -138,21 +201,38 @@ def run_http(url: str, runs: int, seconds: int, extra_tasks: int,
         get_headers = mcp_headers(token, "tasks/get", task_id)
         hey(ours_url + "/mcp", body=get_body, headers=get_headers, seconds=2)  # warm-up
         hey(floor_url + "/get", seconds=2)
-        b1 = best_of(runs, lambda: hey(ours_url + "/mcp", body=get_body, headers=get_headers,
-                                       seconds=seconds))
+        b1 = best_of(
+            runs,
+            lambda: hey(ours_url + "/mcp", body=get_body, headers=get_headers, seconds=seconds),
+        )
         b1_floor = best_of(runs, lambda: hey(floor_url + "/get", seconds=seconds))
-        b1_open = best_of(runs, lambda: hey(ours_url + "/mcp", body=get_body,
-                                            headers=get_headers, seconds=seconds,
-                                            concurrency=16, rate=b1["rps"] / 2))
+        b1_open = best_of(
+            runs,
+            lambda: hey(
+                ours_url + "/mcp",
+                body=get_body,
+                headers=get_headers,
+                seconds=seconds,
+                concurrency=16,
+                rate=b1["rps"] / 2,
+            ),
+        )
         label = f"tasks_{extra_tasks + 1}"
-        results.setdefault("B1", {})[label] = {"ours": b1, "floor": b1_floor,
-                                               "open_loop_50pct": b1_open,
-                                               "ratio": b1["rps"] / b1_floor["rps"]}
+        results.setdefault("B1", {})[label] = {
+            "ours": b1,
+            "floor": b1_floor,
+            "open_loop_50pct": b1_open,
+            "ratio": b1["rps"] / b1_floor["rps"],
+        }
         if extra_tasks == 0:
             call_body = body("tools/call", {"name": "echo_task", "arguments": {"text": "x"}})
             call_headers = mcp_headers(token, "tools/call", "echo_task")
-            b2 = best_of(runs, lambda: hey(ours_url + "/mcp", body=call_body,
-                                           headers=call_headers, seconds=seconds))
+            b2 = best_of(
+                runs,
+                lambda: hey(
+                    ours_url + "/mcp", body=call_body, headers=call_headers, seconds=seconds
+                ),
+            )
             b2_floor = best_of(runs, lambda: hey(floor_url + "/insert", seconds=seconds))
             results["B2"] = {"ours": b2, "floor": b2_floor, "ratio": b2["rps"] / b2_floor["rps"]}
     finally:
@@ -170,15 +250,36 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
     from mcptasks import lifecycle
     from mcptasks.models import Task, TaskState, Tenant
 
-    env = bench_env(url, MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL="100000000",
-                    MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT="100000000")
+    env = bench_env(
+        url,
+        MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL="100000000",
+        MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT="100000000",
+    )
     client = redis.Redis.from_url("redis://127.0.0.1:6379/3")
     client.flushdb()
     logs = [open(RESULTS / f"worker{n}.log", "w") for n in range(2)]  # noqa: SIM115
-    workers = [subprocess.Popen([str(BIN / "celery"), "-A", "mcptasks", "worker", "-c", "1",
-                                 "--pool=prefork", "-n", f"bench{n}@%h", "-l", "warning"],
-                                cwd=REPO, env=env, stdout=logs[n], stderr=subprocess.STDOUT)
-               for n in range(2)]
+    workers = [
+        subprocess.Popen(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "mcptasks",
+                "worker",
+                "-c",
+                "1",
+                "--pool=prefork",
+                "-n",
+                f"bench{n}@%h",
+                "-l",
+                "warning",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=logs[n],
+            stderr=subprocess.STDOUT,
+        )
+        for n in range(2)
+    ]
     try:
         time.sleep(6)
         from mcptasks.jobs import bench_noop
@@ -196,10 +297,17 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
         started = time.perf_counter()
         ids = []
         for _ in range(count):
-            task, _ = lifecycle.task_create(spec=lifecycle.NewTask(
-                tenant_id=tenant.pk, principal_id=alice.pk, tool_name="echo_task",
-                arguments={"text": "e2e"}, policy_revision="bench", ttl_ms=None),
-                actor=Actor.system("bench"))
+            task, _ = lifecycle.task_create(
+                spec=lifecycle.NewTask(
+                    tenant_id=tenant.pk,
+                    principal_id=alice.pk,
+                    tool_name="echo_task",
+                    arguments={"text": "e2e"},
+                    policy_revision="bench",
+                    ttl_ms=None,
+                ),
+                actor=Actor.system("bench"),
+            )
             ids.append(task.pk)
         while Task.objects.filter(pk__in=ids, state=TaskState.COMPLETED).count() < count:
             time.sleep(0.2)
@@ -224,16 +332,33 @@ def main() -> None:
     if args.phase == "all":
         # Each phase in its own process: Django settings are bound to one database per process.
         for phase in ("hot", "scale"):
-            subprocess.run([sys.executable, __file__, "--phase", phase, "--runs", str(args.runs),
-                            "--seconds", str(args.seconds), "--scale", str(args.scale),
-                            "--e2e", str(args.e2e)], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--phase",
+                    phase,
+                    "--runs",
+                    str(args.runs),
+                    "--seconds",
+                    str(args.seconds),
+                    "--scale",
+                    str(args.scale),
+                    "--e2e",
+                    str(args.e2e),
+                ],
+                check=True,
+            )
         results = {**json.loads((RESULTS / "hot.json").read_text())}
         scale = json.loads((RESULTS / "scale.json").read_text())
         results["B1"].update(scale["B1"])
         small = results["B1"]["tasks_1000"]["ours"]["rps"]
         large = results["B1"][f"tasks_{args.scale}"]["ours"]["rps"]
-        results["B4_tasks_get"] = {"rps_1000": small, f"rps_{args.scale}": large,
-                                   "slowdown": small / large}
+        results["B4_tasks_get"] = {
+            "rps_1000": small,
+            f"rps_{args.scale}": large,
+            "slowdown": small / large,
+        }
         (RESULTS / "hot_paths.json").write_text(json.dumps(results, indent=2))
         print(json.dumps(results, indent=2))
         return

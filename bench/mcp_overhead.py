@@ -35,9 +35,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSION = "2026-07-28"
-BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
-    "io.modelcontextprotocol/protocolVersion": VERSION,
-    "io.modelcontextprotocol/clientCapabilities": {}}}}).encode()
+BODY = json.dumps(
+    {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/list",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": VERSION,
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }
+        },
+    }
+).encode()
 
 
 # ---------------------------------------------------------------- the server process
@@ -53,8 +63,13 @@ def build_application() -> Any:
             return
         while (await receive()).get("more_body"):
             pass  # read the request body, as /mcp does
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": constant["body"]})
 
     router.constant = constant  # type: ignore[attr-defined]
@@ -73,30 +88,44 @@ def serve(port: int, server: str) -> None:
     if server == "uvicorn":
         import uvicorn
 
-        uvicorn.run(application, host="127.0.0.1", port=port, log_level="warning",
-                    access_log=False, lifespan="off")
+        uvicorn.run(
+            application,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+        )
         return
     from daphne.endpoints import build_endpoint_description_strings
     from daphne.server import Server
 
-    Server(application=application,
-           endpoints=build_endpoint_description_strings(host="127.0.0.1", port=port),
-           verbosity=0).run()
+    Server(
+        application=application,
+        endpoints=build_endpoint_description_strings(host="127.0.0.1", port=port),
+        verbosity=0,
+    ).run()
 
 
 # ---------------------------------------------------------------- the load generator
 def request_bytes(path: str, token: str | None) -> bytes:
-    headers = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
-               "Accept: application/json, text/event-stream",
-               f"MCP-Protocol-Version: {VERSION}", "Mcp-Method: tools/list",
-               f"Content-Length: {len(BODY)}"]
+    headers = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Content-Type: application/json",
+        "Accept: application/json, text/event-stream",
+        f"MCP-Protocol-Version: {VERSION}",
+        "Mcp-Method: tools/list",
+        f"Content-Length: {len(BODY)}",
+    ]
     if token:
         headers.append(f"Authorization: Bearer {token}")
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + BODY
 
 
-async def one_connection(port: int, payload: bytes, deadline: float,
-                         latencies: list[float], expected: bytes) -> None:
+async def one_connection(
+    port: int, payload: bytes, deadline: float, latencies: list[float], expected: bytes
+) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
         while time.perf_counter() < deadline:
@@ -134,23 +163,38 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def load(port: int, path: str, token: str | None, seconds: float, connections: int,
-               pid: int, expected: bytes) -> dict[str, float]:
+async def load(
+    port: int,
+    path: str,
+    token: str | None,
+    seconds: float,
+    connections: int,
+    pid: int,
+    expected: bytes,
+) -> dict[str, float]:
     payload = request_bytes(path, token)
     warm: list[float] = []
-    await asyncio.gather(*(one_connection(port, payload, time.perf_counter() + 1.0, warm,
-                                          expected) for _ in range(connections)))
+    await asyncio.gather(
+        *(
+            one_connection(port, payload, time.perf_counter() + 1.0, warm, expected)
+            for _ in range(connections)
+        )
+    )
     latencies: list[float] = []
     cpu_before, started = cpu_seconds(pid), time.perf_counter()
     deadline = started + seconds
-    await asyncio.gather(*(one_connection(port, payload, deadline, latencies, expected)
-                           for _ in range(connections)))
+    await asyncio.gather(
+        *(one_connection(port, payload, deadline, latencies, expected) for _ in range(connections))
+    )
     elapsed, cpu = time.perf_counter() - started, cpu_seconds(pid) - cpu_before
     latencies.sort()
-    return {"requests": len(latencies), "rps": len(latencies) / elapsed,
-            "p50_ms": statistics.median(latencies) * 1000,
-            "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
-            "server_cpu_us_per_request": cpu / len(latencies) * 1e6}
+    return {
+        "requests": len(latencies),
+        "rps": len(latencies) / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+        "server_cpu_us_per_request": cpu / len(latencies) * 1e6,
+    }
 
 
 # ---------------------------------------------------------------- set-up and report
@@ -176,9 +220,13 @@ def prepare(tokenless: bool) -> tuple[str | None, bytes]:
     user, _ = get_user_model().objects.get_or_create(username="bench")
     Membership.objects.get_or_create(user=user, tenant=tenant, role=Role.MEMBER)
     _, token = ApiToken.issue(user=user, tenant=tenant, name="bench")
-    headers = [(b"host", b"127.0.0.1"), (b"content-type", b"application/json"),
-               (b"mcp-protocol-version", VERSION.encode()), (b"mcp-method", b"tools/list"),
-               (b"authorization", f"Bearer {token}".encode())]
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"mcp-protocol-version", VERSION.encode()),
+        (b"mcp-method", b"tools/list"),
+        (b"authorization", f"Bearer {token}".encode()),
+    ]
     sent: list[dict[str, Any]] = []
 
     async def capture() -> None:
@@ -190,8 +238,17 @@ def prepare(tokenless: bool) -> tuple[str | None, bytes]:
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        await application({"type": "http", "method": "POST", "path": "/mcp",
-                           "headers": headers, "query_string": b""}, receive, send)
+        await application(
+            {
+                "type": "http",
+                "method": "POST",
+                "path": "/mcp",
+                "headers": headers,
+                "query_string": b"",
+            },
+            receive,
+            send,
+        )
 
     asyncio.run(capture())
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -204,8 +261,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--server", choices=("daphne", "uvicorn"), default="daphne")
-    parser.add_argument("--tokenless", action="store_true",
-                        help="conformance mode: no token lookup per request")
+    parser.add_argument(
+        "--tokenless", action="store_true", help="conformance mode: no token lookup per request"
+    )
     parser.add_argument("--pg", action="store_true", help="a throwaway PostgreSQL database")
     parser.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -234,8 +292,11 @@ def main() -> None:
         token, body = prepare(args.tokenless)
         port = free_port()
         env = {**os.environ, "BENCH_CONSTANT_BODY": body.decode()}
-        child = subprocess.Popen([sys.executable, __file__, "--serve", str(port),
-                                  "--server", args.server], env=env, cwd=ROOT)
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(port), "--server", args.server],
+            env=env,
+            cwd=ROOT,
+        )
         stack.callback(child.wait, 10)
         stack.callback(child.terminate)
         for _ in range(200):
@@ -248,11 +309,16 @@ def main() -> None:
                 time.sleep(0.05)
         expected = b'"tools":['
         results = {}
-        for name, path in (("const", "/const"), ("mcp", "/mcp"), ("const ", "/const"),
-                           ("mcp ", "/mcp")):
+        for name, path in (
+            ("const", "/const"),
+            ("mcp", "/mcp"),
+            ("const ", "/const"),
+            ("mcp ", "/mcp"),
+        ):
             # each endpoint twice, interleaved, so drift on a shared machine hits both
-            results[name] = asyncio.run(load(port, path, token, args.seconds / 2,
-                                             args.connections, child.pid, expected))
+            results[name] = asyncio.run(
+                load(port, path, token, args.seconds / 2, args.connections, child.pid, expected)
+            )
     report(results, args, len(body))
 
 
@@ -265,21 +331,30 @@ def report(results: dict[str, dict[str, float]], args: argparse.Namespace, size:
             "rps": (first["rps"] + second["rps"]) / 2,
             "p50_ms": (first["p50_ms"] + second["p50_ms"]) / 2,
             "p99_ms": max(first["p99_ms"], second["p99_ms"]),
-            "cpu_us": (first["server_cpu_us_per_request"] * first["requests"]
-                       + second["server_cpu_us_per_request"] * second["requests"]) / requests,
+            "cpu_us": (
+                first["server_cpu_us_per_request"] * first["requests"]
+                + second["server_cpu_us_per_request"] * second["requests"]
+            )
+            / requests,
             "requests": requests,
         }
     const, mcp = merged["const"], merged["mcp"]
-    print(f"server {args.server}, {args.connections} connections, {args.seconds:g} s per "
-          f"endpoint, {'conformance principal' if args.tokenless else 'bearer token'}, "
-          f"{'PostgreSQL' if args.pg else 'SQLite'}, {os.cpu_count()} CPUs, body {size} B")
+    print(
+        f"server {args.server}, {args.connections} connections, {args.seconds:g} s per "
+        f"endpoint, {'conformance principal' if args.tokenless else 'bearer token'}, "
+        f"{'PostgreSQL' if args.pg else 'SQLite'}, {os.cpu_count()} CPUs, body {size} B"
+    )
     print(f"{'endpoint':10} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'server CPU µs/req':>18}")
     for name, row in (("/const", const), ("/mcp", mcp)):
-        print(f"{name:10} {row['rps']:9.0f} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f} "
-              f"{row['cpu_us']:18.0f}")
-    print(f"/mcp tools/list costs {mcp['cpu_us'] - const['cpu_us']:.0f} µs of server CPU per "
-          f"request more than the constant endpoint; throughput {mcp['rps'] / const['rps']:.0%} "
-          f"of it.")
+        print(
+            f"{name:10} {row['rps']:9.0f} {row['p50_ms']:8.2f} {row['p99_ms']:8.2f} "
+            f"{row['cpu_us']:18.0f}"
+        )
+    print(
+        f"/mcp tools/list costs {mcp['cpu_us'] - const['cpu_us']:.0f} µs of server CPU per "
+        f"request more than the constant endpoint; throughput {mcp['rps'] / const['rps']:.0%} "
+        f"of it."
+    )
 
 
 if __name__ == "__main__":

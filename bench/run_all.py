@@ -36,39 +36,55 @@ def main() -> None:
         if (REPO / script).exists():
             ok[script] = run([script])
     print("\n== mcptasks benchmarks")
-    print(f"python {platform.python_version()}, uvicorn {metadata.version('uvicorn')}, "
-          f"daphne {metadata.version('daphne')}, django {metadata.version('django')}, "
-          f"celery {metadata.version('celery')}")
+    print(
+        f"python {platform.python_version()}, uvicorn {metadata.version('uvicorn')}, "
+        f"daphne {metadata.version('daphne')}, django {metadata.version('django')}, "
+        f"celery {metadata.version('celery')}"
+    )
     hot_file = RESULTS / "hot_paths.json"
     if ok["hot"] and hot_file.exists():
         hot = json.loads(hot_file.read_text())
         b1 = hot["B1"]["tasks_1000"]
-        print(f"B1 tasks/get          {b1['ours']['rps']:8.0f} req/s vs floor "
-              f"{b1['floor']['rps']:8.0f} → {b1['ratio']:.0%} (target ≥ 50%); p99 at 50% load "
-              f"{b1['open_loop_50pct']['p99_ms']:.1f} ms (target < 25 ms)")
+        print(
+            f"B1 tasks/get          {b1['ours']['rps']:8.0f} req/s vs floor "
+            f"{b1['floor']['rps']:8.0f} → {b1['ratio']:.0%} (target ≥ 50%); p99 at 50% load "
+            f"{b1['open_loop_50pct']['p99_ms']:.1f} ms (target < 25 ms)"
+        )
         if "B2" in hot:
             b2 = hot["B2"]
-            print(f"B2 tools/call→task    {b2['ours']['rps']:8.0f} req/s vs floor "
-                  f"{b2['floor']['rps']:8.0f} → {b2['ratio']:.0%} (target ≥ 25%)")
+            print(
+                f"B2 tools/call→task    {b2['ours']['rps']:8.0f} req/s vs floor "
+                f"{b2['floor']['rps']:8.0f} → {b2['ratio']:.0%} (target ≥ 25%)"
+            )
         b4 = hot["B4_tasks_get"]
-        print(f"B4 tasks/get at scale {b4['slowdown']:.2f}× slower at 100,000 tasks than 1,000 "
-              f"(target ≤ 1.2×)")
+        print(
+            f"B4 tasks/get at scale {b4['slowdown']:.2f}× slower at 100,000 tasks than 1,000 "
+            f"(target ≤ 1.2×)"
+        )
         if "B6" in hot:
             b6 = hot["B6"]
-            print(f"B6 end to end         {b6['tasks_per_s']:8.1f} tasks/s vs raw drain "
-                  f"{b6['raw_drain_per_s']:8.1f}/s → {b6['ratio']:.0%} (target ≥ 50%)")
+            print(
+                f"B6 end to end         {b6['tasks_per_s']:8.1f} tasks/s vs raw drain "
+                f"{b6['raw_drain_per_s']:8.1f}/s → {b6['ratio']:.0%} (target ≥ 50%)"
+            )
     streams_file = RESULTS / "streams.json"
     if ok["streams"] and streams_file.exists():
         for kind, data in json.loads(streams_file.read_text())["servers"].items():
             for row in data["rows"]:
-                print(f"B3 {kind:8} {row['streams']:5} streams: p50 {row['p50_ms']:7.1f} ms, "
-                      f"p99 {row['p99_ms']:7.1f} ms, {row['rss_per_stream_kib']:.1f} KiB/stream, "
-                      f"{row['threads']} threads")
+                print(
+                    f"B3 {kind:8} {row['streams']:5} streams: p50 {row['p50_ms']:7.1f} ms, "
+                    f"p99 {row['p99_ms']:7.1f} ms, {row['rss_per_stream_kib']:.1f} KiB/stream, "
+                    f"{row['threads']} threads"
+                )
             if data.get("leak"):
-                print(f"B3 {kind:8} leak check: "
-                      f"{'pass' if data['leak']['within_10_percent'] else 'FAIL'}")
-    print(f"total {time.monotonic() - started:.0f} s; failed: "
-          f"{[name for name, passed in ok.items() if not passed] or 'none'}")
+                print(
+                    f"B3 {kind:8} leak check: "
+                    f"{'pass' if data['leak']['within_10_percent'] else 'FAIL'}"
+                )
+    print(
+        f"total {time.monotonic() - started:.0f} s; failed: "
+        f"{[name for name, passed in ok.items() if not passed] or 'none'}"
+    )
     sys.exit(0 if all(ok.values()) else 1)
 
 

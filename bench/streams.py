@@ -26,8 +26,10 @@ from bench.common import RESULTS, Server, bench_database, bench_env, median, per
 
 VERSION = "2026-07-28"
 CAPS = {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}
-META = {"io.modelcontextprotocol/protocolVersion": VERSION,
-        "io.modelcontextprotocol/clientCapabilities": CAPS}
+META = {
+    "io.modelcontextprotocol/protocolVersion": VERSION,
+    "io.modelcontextprotocol/clientCapabilities": CAPS,
+}
 
 
 def setup_django(database_url: str) -> dict[str, Any]:
@@ -43,14 +45,22 @@ def setup_django(database_url: str) -> dict[str, Any]:
         return seed_cast()
 
 
-def request_bytes(port: int, token: str, method: str, params: dict, name: str | None = None,
-                  request_id: int = 1) -> bytes:
-    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method,
-                       "params": {**params, "_meta": META}}).encode()
-    headers = ["POST /mcp HTTP/1.1", f"Host: 127.0.0.1:{port}",
-               "Content-Type: application/json", "Accept: application/json, text/event-stream",
-               f"MCP-Protocol-Version: {VERSION}", f"Mcp-Method: {method}",
-               f"Authorization: Bearer {token}", f"Content-Length: {len(body)}"]
+def request_bytes(
+    port: int, token: str, method: str, params: dict, name: str | None = None, request_id: int = 1
+) -> bytes:
+    body = json.dumps(
+        {"jsonrpc": "2.0", "id": request_id, "method": method, "params": {**params, "_meta": META}}
+    ).encode()
+    headers = [
+        "POST /mcp HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Content-Type: application/json",
+        "Accept: application/json, text/event-stream",
+        f"MCP-Protocol-Version: {VERSION}",
+        f"Mcp-Method: {method}",
+        f"Authorization: Bearer {token}",
+        f"Content-Length: {len(body)}",
+    ]
     if name:
         headers.append(f"Mcp-Name: {name}")
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
@@ -86,8 +96,7 @@ class Stream:
                         if b"data: " in line:
                             data = line.split(b"data: ", 1)[1]
                             if b'"notifications/tasks"' in data:
-                                version = len(json.loads(data)["params"].get(
-                                    "inputRequests", {}))
+                                version = len(json.loads(data)["params"].get("inputRequests", {}))
                                 self.received.setdefault(version, now)
                                 self.ready.set()
         except (ConnectionError, asyncio.CancelledError):
@@ -113,11 +122,13 @@ async def post(port: int, payload: bytes) -> bytes:
     return data
 
 
-async def measure(server: Server, token: str, task_id: str, count: int, rounds: int,
-                  questions: int) -> dict[str, Any]:
+async def measure(
+    server: Server, token: str, task_id: str, count: int, rounds: int, questions: int
+) -> dict[str, Any]:
     port = server.port
-    listen = request_bytes(port, token, "subscriptions/listen",
-                           {"notifications": {"taskIds": [task_id]}})
+    listen = request_bytes(
+        port, token, "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
+    )
     warm = [Stream() for _ in range(20)]  # warm the server up before the baseline
     await asyncio.gather(*(s.open(port, listen) for s in warm))
     await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in warm)), 60)
@@ -126,7 +137,7 @@ async def measure(server: Server, token: str, task_id: str, count: int, rounds: 
     base_rss, base_threads = server.rss_kib(), server.threads()
     streams = [Stream() for _ in range(count)]
     for start in range(0, count, 200):
-        await asyncio.gather(*(s.open(port, listen) for s in streams[start:start + 200]))
+        await asyncio.gather(*(s.open(port, listen) for s in streams[start : start + 200]))
     await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in streams)), 120)
     await asyncio.sleep(1)
     rss_per_stream = (server.rss_kib() - base_rss) / count
@@ -136,10 +147,17 @@ async def measure(server: Server, token: str, task_id: str, count: int, rounds: 
     for round_number in range(rounds):
         key = f"q{round_number}"
         remaining -= 1
-        update = request_bytes(port, token, "tasks/update", {
-            "taskId": task_id, "inputResponses": {key: {"action": "accept",
-                                                        "content": {"ok": True}}}},
-            name=task_id, request_id=100 + round_number)
+        update = request_bytes(
+            port,
+            token,
+            "tasks/update",
+            {
+                "taskId": task_id,
+                "inputResponses": {key: {"action": "accept", "content": {"ok": True}}},
+            },
+            name=task_id,
+            request_id=100 + round_number,
+        )
         sent = time.perf_counter()
         await post(port, update)
         deadline = time.monotonic() + 30
@@ -147,13 +165,19 @@ async def measure(server: Server, token: str, task_id: str, count: int, rounds: 
             await asyncio.sleep(0.005)
         latencies += [s.received[remaining] - sent for s in streams if remaining in s.received]
         await asyncio.sleep(0.3)
-    missing = sum(1 for s in streams for r in range(questions - rounds, questions)
-                  if r not in s.received)
+    missing = sum(
+        1 for s in streams for r in range(questions - rounds, questions) if r not in s.received
+    )
     await asyncio.gather(*(s.close() for s in streams))
-    return {"streams": count, "p50_ms": percentile(latencies, 0.5) * 1000,
-            "p99_ms": percentile(latencies, 0.99) * 1000, "missed": missing,
-            "rss_per_stream_kib": rss_per_stream, "threads": threads,
-            "threads_before": base_threads}
+    return {
+        "streams": count,
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "missed": missing,
+        "rss_per_stream_kib": rss_per_stream,
+        "threads": threads,
+        "threads_before": base_threads,
+    }
 
 
 def scrape(server: Server, name: str) -> float | None:
@@ -166,23 +190,36 @@ def scrape(server: Server, name: str) -> float | None:
 
 async def leak_check(server: Server, token: str, task_id: str, total: int) -> dict[str, Any]:
     port = server.port
-    listen = request_bytes(port, token, "subscriptions/listen",
-                           {"notifications": {"taskIds": [task_id]}})
+    listen = request_bytes(
+        port, token, "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
+    )
     await asyncio.sleep(1)
-    before = {"fds": server.fds(), "rss_kib": server.rss_kib(),
-              "loop_tasks": scrape(server, "mcptasks_event_loop_tasks")}
+    before = {
+        "fds": server.fds(),
+        "rss_kib": server.rss_kib(),
+        "loop_tasks": scrape(server, "mcptasks_event_loop_tasks"),
+    }
     for start in range(0, total, 500):
         batch = [Stream() for _ in range(min(500, total - start))]
         await asyncio.gather(*(s.open(port, listen) for s in batch))
         await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in batch)), 60)
         await asyncio.gather(*(s.close() for s in batch))
     await asyncio.sleep(3)
-    after = {"fds": server.fds(), "rss_kib": server.rss_kib(),
-             "loop_tasks": scrape(server, "mcptasks_event_loop_tasks")}
-    within = all(after[k] is not None and before[k] is not None
-                 and after[k] <= before[k] * 1.10 + 2 for k in before)
-    return {"opened_and_closed": total, "before": before, "after": after,
-            "within_10_percent": within}
+    after = {
+        "fds": server.fds(),
+        "rss_kib": server.rss_kib(),
+        "loop_tasks": scrape(server, "mcptasks_event_loop_tasks"),
+    }
+    within = all(
+        after[k] is not None and before[k] is not None and after[k] <= before[k] * 1.10 + 2
+        for k in before
+    )
+    return {
+        "opened_and_closed": total,
+        "before": before,
+        "after": after,
+        "within_10_percent": within,
+    }
 
 
 def make_task(cast: dict, questions: int) -> str:
@@ -190,10 +227,18 @@ def make_task(cast: dict, questions: int) -> str:
     from mcptasks import lifecycle, runner
 
     entry = cast["alice"]
-    task, _ = lifecycle.task_create(spec=lifecycle.NewTask(
-        tenant_id=entry["tenant"].pk, principal_id=entry["user"].pk, tool_name="many_questions",
-        arguments={"count": questions}, policy_revision="bench", ttl_ms=3_600_000,
-        client_capabilities=CAPS), actor=Actor.system("bench"))
+    task, _ = lifecycle.task_create(
+        spec=lifecycle.NewTask(
+            tenant_id=entry["tenant"].pk,
+            principal_id=entry["user"].pk,
+            tool_name="many_questions",
+            arguments={"count": questions},
+            policy_revision="bench",
+            ttl_ms=3_600_000,
+            client_capabilities=CAPS,
+        ),
+        actor=Actor.system("bench"),
+    )
     runner.run_task(task.pk)
     return task.pk
 
@@ -219,29 +264,38 @@ def main() -> None:
                 for count in (int(n) for n in args.streams.split(",")):
                     questions = args.rounds + 1
                     task_id = make_task(cast, questions)
-                    rows.append(asyncio.run(measure(server, token, task_id, count, args.rounds,
-                                                    questions)))
+                    rows.append(
+                        asyncio.run(measure(server, token, task_id, count, args.rounds, questions))
+                    )
                     print(f"{kind:8} {rows[-1]}", flush=True)
-                leak = asyncio.run(leak_check(server, token, make_task(cast, 2), args.leak)) \
-                    if args.leak else None
+                leak = (
+                    asyncio.run(leak_check(server, token, make_task(cast, 2), args.leak))
+                    if args.leak
+                    else None
+                )
                 print(f"{kind:8} leak {leak}", flush=True)
             finally:
                 server.stop()
-            results["servers"][kind] = {"version": server.version(), "rows": rows,
-                                        "leak": leak}
+            results["servers"][kind] = {"version": server.version(), "rows": rows, "leak": leak}
     (RESULTS / "streams.json").write_text(json.dumps(results, indent=2))
     print("\nserver   version   streams  p50 ms  p99 ms  missed  RSS/stream KiB  threads")
     for kind, data in results["servers"].items():
         for row in data["rows"]:
-            print(f"{kind:8} {data['version']:9} {row['streams']:7} {row['p50_ms']:7.1f} "
-                  f"{row['p99_ms']:7.1f} {row['missed']:7} {row['rss_per_stream_kib']:15.1f} "
-                  f"{row['threads']:8}")
+            print(
+                f"{kind:8} {data['version']:9} {row['streams']:7} {row['p50_ms']:7.1f} "
+                f"{row['p99_ms']:7.1f} {row['missed']:7} {row['rss_per_stream_kib']:15.1f} "
+                f"{row['threads']:8}"
+            )
         if data["leak"]:
-            print(f"{kind:8} leak check ({data['leak']['opened_and_closed']} streams): "
-                  f"{'PASS' if data['leak']['within_10_percent'] else 'FAIL'} "
-                  f"before={data['leak']['before']} after={data['leak']['after']}")
-    print(f"median p99 across servers: "
-          f"{median([r['p99_ms'] for d in results['servers'].values() for r in d['rows']]):.1f}")
+            print(
+                f"{kind:8} leak check ({data['leak']['opened_and_closed']} streams): "
+                f"{'PASS' if data['leak']['within_10_percent'] else 'FAIL'} "
+                f"before={data['leak']['before']} after={data['leak']['after']}"
+            )
+    print(
+        f"median p99 across servers: "
+        f"{median([r['p99_ms'] for d in results['servers'].values() for r in d['rows']]):.1f}"
+    )
 
 
 if __name__ == "__main__":

@@ -32,9 +32,14 @@ def _update_for(user: Any, task_id: str) -> dict[str, Any] | None:
         task = Task.objects.filter(pk=task_id).first()
         if task is None or not access.can(user, access.Action.VIEW, task):
             return None
-        return {"type": "task", "task_id": task.pk, "version": task.version,
-                "state": task.state, "status": WIRE_STATUS[TaskState(task.state)],
-                "status_message": task.status_message[:200]}
+        return {
+            "type": "task",
+            "task_id": task.pk,
+            "version": task.version,
+            "state": task.state,
+            "status": WIRE_STATUS[TaskState(task.state)],
+            "status_message": task.status_message[:200],
+        }
     finally:
         close_old_connections()
 
@@ -65,6 +70,7 @@ class TaskUpdatesConsumer(AsyncJsonWebsocketConsumer):
 
     async def task_changed(self, event: dict[str, Any]) -> None:
         update = await sync_to_async(_update_for, thread_sensitive=False)(
-            self.scope["user"], event["task_id"])
+            self.scope["user"], event["task_id"]
+        )
         if update is not None:
             await self.send_json(update)

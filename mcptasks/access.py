@@ -83,13 +83,13 @@ def is_cross_tenant_operator(user: Any) -> bool:
 
 def _is_staff_operator(user: Any) -> bool:
     """Staff users holding an operator role somewhere act as operators in every tenant."""
-    return bool(user.is_staff) and Membership.objects.filter(user=user,
-                                                             role=Role.OPERATOR).exists()
+    return bool(user.is_staff) and Membership.objects.filter(user=user, role=Role.OPERATOR).exists()
 
 
 def _delegated(user: Any, task: Task, codename: str) -> bool:
     return TaskUserObjectPermission.objects.filter(
-        user=user, content_object=task, permission__codename=codename).exists()
+        user=user, content_object=task, permission__codename=codename
+    ).exists()
 
 
 def _role_allows(user: Any, task: Task, action: Action) -> bool:
@@ -188,10 +188,13 @@ def remove_delegation(*, grantee: Any, task: Task, delegation: str) -> None:
 def delegations_of(task: Task) -> list[tuple[Any, str]]:
     """``(user, delegation)`` pairs granted on ``task``."""
     by_codename = {codename: name for name, codename in DELEGATIONS.items()}
-    return [(row.user, by_codename[row.permission.codename])
-            for row in TaskUserObjectPermission.objects.filter(content_object=task)
-            .select_related("user", "permission")
-            if row.permission.codename in by_codename]
+    return [
+        (row.user, by_codename[row.permission.codename])
+        for row in TaskUserObjectPermission.objects.filter(content_object=task).select_related(
+            "user", "permission"
+        )
+        if row.permission.codename in by_codename
+    ]
 
 
 # ---------------------------------------------------------------- listings across tasks
@@ -229,8 +232,11 @@ def tenants_where(user: Any, action: Action) -> list[int] | None:
         return []
     if action in ROLE_ACTIONS[Role.OPERATOR] and _staff_operator(user):
         return None
-    return sorted(tenant_id for tenant_id, roles in _roles(user).items()
-                  if any(action in ROLE_ACTIONS[role] for role in roles))
+    return sorted(
+        tenant_id
+        for tenant_id, roles in _roles(user).items()
+        if any(action in ROLE_ACTIONS[role] for role in roles)
+    )
 
 
 def visible_tasks_for_listing(user: Any, tenant_id: int | None = None) -> QuerySet[Task]:
@@ -243,9 +249,13 @@ def visible_tasks_for_listing(user: Any, tenant_id: int | None = None) -> QueryS
     tasks = Task.objects.all() if tenant_id is None else Task.objects.filter(tenant_id=tenant_id)
     if seeing is None or (tenant_id is not None and tenant_id in seeing):
         return tasks
-    delegated = list(TaskUserObjectPermission.objects.filter(
-        user=user, permission__codename__in=list(DELEGATIONS.values()))
-        .values_list("content_object_id", flat=True).distinct())
+    delegated = list(
+        TaskUserObjectPermission.objects.filter(
+            user=user, permission__codename__in=list(DELEGATIONS.values())
+        )
+        .values_list("content_object_id", flat=True)
+        .distinct()
+    )
     visible = Q(principal=user)
     if delegated:
         visible |= Q(pk__in=delegated)
@@ -260,14 +270,19 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
     grants, the owner for ``any``, never a requester's own self-approval gate)."""
     if not _authenticated(user):
         return InputRequest.objects.none()
-    pending = InputRequest.objects.filter(state="pending",
-                                          audience__in=[Audience.OPERATOR, Audience.ANY])
+    pending = InputRequest.objects.filter(
+        state="pending", audience__in=[Audience.OPERATOR, Audience.ANY]
+    )
     tenants = tenants_where(user, Action.ANSWER)
     if tenants is not None:
         delegated = TaskUserObjectPermission.objects.filter(
-            user=user, permission__codename=DELEGATIONS["answer"]).values("content_object_id")
-        pending = pending.filter(Q(tenant_id__in=tenants) | Q(task_id__in=delegated)
-                                 | Q(audience=Audience.ANY, task__principal=user))
+            user=user, permission__codename=DELEGATIONS["answer"]
+        ).values("content_object_id")
+        pending = pending.filter(
+            Q(tenant_id__in=tenants)
+            | Q(task_id__in=delegated)
+            | Q(audience=Audience.ANY, task__principal=user)
+        )
     return pending.exclude(forbid_self_approval=True, task__principal=user)
 
 
@@ -302,8 +317,12 @@ def reconcilable_effects(user: Any) -> QuerySet[Any]:
 
 def delegation_candidates(task: Task) -> QuerySet[Any]:
     """Who may be named on ``task`` (approver, viewer): members of its tenant but its owner."""
-    return (User.objects.filter(is_active=True, memberships__tenant_id=task.tenant_id)
-            .exclude(pk=task.principal_id).distinct().order_by("username"))
+    return (
+        User.objects.filter(is_active=True, memberships__tenant_id=task.tenant_id)
+        .exclude(pk=task.principal_id)
+        .distinct()
+        .order_by("username")
+    )
 
 
 def may_receive_delegation(grantee: Any, task: Task) -> Decision:
@@ -345,8 +364,9 @@ def token_admin_tenants(user: Any) -> list[int] | None:
         return []
     if _staff_operator(user):
         return None
-    return sorted(tenant_id for tenant_id, roles in _roles(user).items()
-                  if roles & TOKEN_ADMIN_ROLES)
+    return sorted(
+        tenant_id for tenant_id, roles in _roles(user).items() if roles & TOKEN_ADMIN_ROLES
+    )
 
 
 def visible_tokens(user: Any) -> QuerySet[Any]:
@@ -376,8 +396,9 @@ def may_issue_token(user: Any, *, tenant_id: int, owner: Any) -> Decision:
         issuer_roles = roles_by_tenant(user)
         for owner_tenant, roles in roles_by_tenant(owner).items():
             if tenants is not None and owner_tenant not in tenants:
-                return Decision(False, "the owner belongs to a tenant the issuer does not "
-                                       "administer")
+                return Decision(
+                    False, "the owner belongs to a tenant the issuer does not administer"
+                )
             held = issuer_roles.get(owner_tenant, set()) | {Role.MEMBER}
             if tenants is not None and not set(roles) <= held:
                 return Decision(False, "the token would carry roles the issuer does not hold")

@@ -34,8 +34,16 @@ class MembershipAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
-    list_display = ("lookup", "name", "user", "tenant", "created_at", "expires_at",
-                    "revoked_at", "last_used_at")
+    list_display = (
+        "lookup",
+        "name",
+        "user",
+        "tenant",
+        "created_at",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+    )
     exclude = ("secret_hash",)
 
 

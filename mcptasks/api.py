@@ -76,11 +76,14 @@ def as_http_error(exc: Exception) -> Exception:
     if isinstance(exc, lifecycle.TaskNotFound):
         return NotFound("Task not found.")
     if isinstance(exc, lifecycle.InputNotPending):
-        return Conflict(f"The input request {exc} is no longer pending: it was answered, "
-                        "superseded or expired.")
+        return Conflict(
+            f"The input request {exc} is no longer pending: it was answered, superseded or expired."
+        )
     if isinstance(exc, lifecycle.EffectNotUnknown):
-        return Conflict("The effect's outcome is not unknown: it was already reconciled, or it "
-                        "never needed reconciling.")
+        return Conflict(
+            "The effect's outcome is not unknown: it was already reconciled, or it "
+            "never needed reconciling."
+        )
     if isinstance(exc, lifecycle.InvalidTransition):
         return Conflict(_sentence(str(exc)))
     if isinstance(exc, ValidationError):
@@ -120,8 +123,10 @@ PROBLEM_TEXT = {
 
 def problems(*codes: int) -> dict[Any, OpenApiResponse]:
     """OpenAPI responses for the problem statuses an operation may answer (401 always)."""
-    return {(code, PROBLEM): OpenApiResponse(ProblemSerializer, description=PROBLEM_TEXT[code])
-            for code in sorted({401, *codes})}
+    return {
+        (code, PROBLEM): OpenApiResponse(ProblemSerializer, description=PROBLEM_TEXT[code])
+        for code in sorted({401, *codes})
+    }
 
 
 # ---------------------------------------------------------------- base views
@@ -132,9 +137,11 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-unty
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
-        return {"type": "http", "scheme": "bearer",
-                "description": "An API token with the 'api' scope: mcpt_<lookup>_<secret>."}
-
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An API token with the 'api' scope: mcpt_<lookup>_<secret>.",
+        }
 
 
 class ApiView(APIView):
@@ -164,12 +171,19 @@ class ApiListView(ApiView, generics.ListAPIView):
     """A list (GET) with django-filter filters and cursor pagination."""
 
 
-def list_schema(operation_id: str, tag: str, summary: str, description: str,
-                serializer: type[Serializer]) -> Any:
+def list_schema(
+    operation_id: str, tag: str, summary: str, description: str, serializer: type[Serializer]
+) -> Any:
     """The OpenAPI description of a list (a page of ``serializer`` rows)."""
-    return extend_schema_view(get=extend_schema(
-        operation_id=operation_id, tags=[tag], summary=summary, description=description,
-        responses={200: serializer(many=True), **problems(403, 422)}))
+    return extend_schema_view(
+        get=extend_schema(
+            operation_id=operation_id,
+            tags=[tag],
+            summary=summary,
+            description=description,
+            responses={200: serializer(many=True), **problems(403, 422)},
+        )
+    )
 
 
 def parse[S: Serializer](serializer_class: type[S], request: Request) -> dict[str, Any]:
@@ -179,8 +193,13 @@ def parse[S: Serializer](serializer_class: type[S], request: Request) -> dict[st
         raise Unprocessable({"non_field_errors": ["The body must be a JSON object."]})
     unstorable = _unstorable_text(data)
     if unstorable is not None:
-        raise Unprocessable({unstorable or "non_field_errors": [
-            "Text must be valid Unicode without NUL characters."]})
+        raise Unprocessable(
+            {
+                unstorable or "non_field_errors": [
+                    "Text must be valid Unicode without NUL characters."
+                ]
+            }
+        )
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
@@ -238,8 +257,14 @@ def caller_tenant(request: Request, slug: str | None) -> Tenant:
     tenant_ids = list(access.roles_by_tenant(user))
     if len(tenant_ids) == 1:
         return Tenant.objects.get(pk=tenant_ids[0])
-    raise ValidationError({"tenant": ["Name the tenant: the caller belongs to "
-                                      f"{'several tenants' if tenant_ids else 'no tenant'}."]})
+    raise ValidationError(
+        {
+            "tenant": [
+                "Name the tenant: the caller belongs to "
+                f"{'several tenants' if tenant_ids else 'no tenant'}."
+            ]
+        }
+    )
 
 
 # ---------------------------------------------------------------- tasks
@@ -254,14 +279,20 @@ def task_response(request: Request, task_id: str, code: int = status.HTTP_200_OK
     """The task's detail as the caller now sees it (after an action: its new state)."""
     task = visible_task(request, task_id)
     detail = queries.task_detail(request.user, task)
-    return Response(TaskDetailSerializer(task, context={"viewer": request.user,
-                                                       "detail": detail}).data, status=code)
+    return Response(
+        TaskDetailSerializer(task, context={"viewer": request.user, "detail": detail}).data,
+        status=code,
+    )
 
 
 @list_schema(
-    "tasks_list", "tasks", "List tasks",
+    "tasks_list",
+    "tasks",
+    "List tasks",
     "Tasks the caller may see (own tasks, tenant roles, delegations), newest first, with "
-    "cursor pagination. Filters combine with AND.", TaskSummarySerializer)
+    "cursor pagination. Filters combine with AND.",
+    TaskSummarySerializer,
+)
 class TaskListView(ApiListView):
     """The tasks the caller may see, newest first."""
 
@@ -270,19 +301,25 @@ class TaskListView(ApiListView):
     pagination_class = TaskPagination
 
     def get_queryset(self) -> Any:
-        return (access.visible_tasks(self.request.user).select_related("tenant", "principal")
-                .defer(*queries.LIST_DEFERRED))
+        return (
+            access.visible_tasks(self.request.user)
+            .select_related("tenant", "principal")
+            .defer(*queries.LIST_DEFERRED)
+        )
 
 
 class TaskDetailView(ApiView):
     access_action = Action.VIEW
 
     @extend_schema(
-        operation_id="tasks_retrieve", tags=["tasks"], summary="Get a task",
+        operation_id="tasks_retrieve",
+        tags=["tasks"],
+        summary="Get a task",
         description="Binding fields, redacted arguments, input requests, effects, delegations, "
-                    "the audit timeline, and `task`: the MCP DetailedTask this viewer's "
-                    "tasks/get would return.",
-        responses={200: TaskDetailSerializer, **problems(403, 404)})
+        "the audit timeline, and `task`: the MCP DetailedTask this viewer's "
+        "tasks/get would return.",
+        responses={200: TaskDetailSerializer, **problems(403, 404)},
+    )
     def get(self, request: Request, task_id: str) -> Response:
         return task_response(request, task_id)
 
@@ -313,20 +350,31 @@ class TaskActionView(ApiView):
         return task_response(request, task.pk)
 
 
-def action_schema(operation_id: str, summary: str, description: str, request: type[Serializer],
-                  *codes: int) -> Any:
+def action_schema(
+    operation_id: str, summary: str, description: str, request: type[Serializer], *codes: int
+) -> Any:
     """The OpenAPI description of a task action (its answer is the task's detail)."""
-    return extend_schema_view(post=extend_schema(
-        operation_id=operation_id, tags=["task actions"], summary=summary,
-        description=description, request=request,
-        responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422, *codes)}))
+    return extend_schema_view(
+        post=extend_schema(
+            operation_id=operation_id,
+            tags=["task actions"],
+            summary=summary,
+            description=description,
+            request=request,
+            responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422, *codes)},
+        )
+    )
 
 
 @action_schema(
-    "tasks_answer_input", "Answer an input request",
+    "tasks_answer_input",
+    "Answer an input request",
     "Answers one pending input request (e.g. an operator approval). The answer is validated "
     "against the request's schema; separation of duties applies (a requester never answers "
-    "their own approval gate). Recorded with via=api.", AnswerInputSerializer, 409)
+    "their own approval gate). Recorded with via=api.",
+    AnswerInputSerializer,
+    409,
+)
 class TaskAnswerInputView(TaskActionView):
     access_action = Action.ANSWER
     input_serializer = AnswerInputSerializer
@@ -337,74 +385,103 @@ class TaskAnswerInputView(TaskActionView):
             raise NotFound(f"Input request {kwargs['key']!r} not found on this task.")
         return input_request
 
-    def act(self, request: Request, task: Task, target: InputRequest,
-            data: dict[str, Any]) -> None:
+    def act(self, request: Request, task: Task, target: InputRequest, data: dict[str, Any]) -> None:
         if target.state != InputState.PENDING:
             raise Conflict(f"The input request {target.key!r} is {target.state}, not pending.")
         try:
             response = validate_response(target.method, target.params, data["response"])
         except InvalidAnswer as exc:
             raise ValidationError({"response": [str(exc)]}) from None
-        lifecycle.task_answer_input(task_id=task.pk, key=target.key, response=response,
-                                    actor=actor_of(request, task), via="api")
+        lifecycle.task_answer_input(
+            task_id=task.pk,
+            key=target.key,
+            response=response,
+            actor=actor_of(request, task),
+            via="api",
+        )
 
 
 @action_schema(
-    "tasks_cancel", "Request cancellation",
+    "tasks_cancel",
+    "Request cancellation",
     "Records cancel intent; a task that is not running is cancelled at once, a running one at "
-    "its next safe point. 409 if the task already ended.", CancelSerializer, 409)
+    "its next safe point. 409 if the task already ended.",
+    CancelSerializer,
+    409,
+)
 class TaskCancelView(TaskActionView):
     access_action = Action.CANCEL
     input_serializer = CancelSerializer
 
     def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
         if task.is_terminal:
-            raise Conflict(f"The task already ended ({task.state}); a terminal task never "
-                           "changes.")
-        lifecycle.task_request_cancel(task_id=task.pk, actor=actor_of(request, task),
-                                      reason=data["reason"] or "REST API cancel")
+            raise Conflict(f"The task already ended ({task.state}); a terminal task never changes.")
+        lifecycle.task_request_cancel(
+            task_id=task.pk,
+            actor=actor_of(request, task),
+            reason=data["reason"] or "REST API cancel",
+        )
 
 
 @action_schema(
-    "tasks_force_cancel", "Force-cancel a task",
+    "tasks_force_cancel",
+    "Force-cancel a task",
     "Ends the task now whatever it is doing (operators); an effect in flight becomes unknown "
-    "and waits for reconciliation. The reason is audited.", ForceCancelSerializer, 409)
+    "and waits for reconciliation. The reason is audited.",
+    ForceCancelSerializer,
+    409,
+)
 class TaskForceCancelView(TaskActionView):
     access_action = Action.FORCE_CANCEL
     input_serializer = ForceCancelSerializer
 
     def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
-        lifecycle.task_force_cancel(task_id=task.pk, actor=actor_of(request, task),
-                                    reason=data["reason"])
+        lifecycle.task_force_cancel(
+            task_id=task.pk, actor=actor_of(request, task), reason=data["reason"]
+        )
 
 
 @action_schema(
-    "tasks_reconcile_effect", "Reconcile an effect whose outcome is unknown",
+    "tasks_reconcile_effect",
+    "Reconcile an effect whose outcome is unknown",
     "applied (with the external reference): the step continues with that outcome; "
     "not_applied: the step runs again; fail: the task fails. On a task that already ended it "
-    "only records what happened. A second decision is a 409.", ReconcileSerializer, 409)
+    "only records what happened. A second decision is a 409.",
+    ReconcileSerializer,
+    409,
+)
 class TaskReconcileEffectView(TaskActionView):
     access_action = Action.RECONCILE
     input_serializer = ReconcileSerializer
 
     def target(self, task: Task, **kwargs: str) -> Effect:
         effect_id = kwargs["effect_id"]
-        effect = (task.effects.filter(pk=int(effect_id)).first()
-                  if effect_id.isdigit() and len(effect_id) < 19 else None)
+        effect = (
+            task.effects.filter(pk=int(effect_id)).first()
+            if effect_id.isdigit() and len(effect_id) < 19
+            else None
+        )
         if effect is None:
             raise NotFound(f"Effect {effect_id} not found on this task.")
         return effect
 
     def act(self, request: Request, task: Task, target: Effect, data: dict[str, Any]) -> None:
-        lifecycle.task_reconcile_effect(effect_id=target.pk, actor=actor_of(request, task),
-                                        decision=data["decision"], note=data["reason"],
-                                        external_ref=data["external_ref"])
+        lifecycle.task_reconcile_effect(
+            effect_id=target.pk,
+            actor=actor_of(request, task),
+            decision=data["decision"],
+            note=data["reason"],
+            external_ref=data["external_ref"],
+        )
 
 
 @action_schema(
-    "tasks_grant_delegation", "Grant a per-task right",
+    "tasks_grant_delegation",
+    "Grant a per-task right",
     "Names a member of the task's tenant as a viewer (view) or an approver (answer, which "
-    "includes view) of this one task. Operators; audited.", DelegationInputSerializer)
+    "includes view) of this one task. Operators; audited.",
+    DelegationInputSerializer,
+)
 class TaskGrantDelegationView(TaskActionView):
     access_action = Action.GRANT
     input_serializer = DelegationInputSerializer
@@ -414,34 +491,53 @@ class TaskGrantDelegationView(TaskActionView):
         decision = access.may_receive_delegation(grantee, task)
         if not decision:
             raise ValidationError({"user": [_sentence(decision.reason)]})
-        lifecycle.task_grant_delegation(task_id=task.pk, actor=actor_of(request, task),
-                                        grantee=grantee, delegation=data["delegation"])
+        lifecycle.task_grant_delegation(
+            task_id=task.pk,
+            actor=actor_of(request, task),
+            grantee=grantee,
+            delegation=data["delegation"],
+        )
 
 
 @action_schema(
-    "tasks_revoke_delegation", "Revoke a per-task right",
+    "tasks_revoke_delegation",
+    "Revoke a per-task right",
     "Removes a delegation granted on this task. Operators; audited. 404 if the user does not "
-    "hold it.", DelegationInputSerializer)
+    "hold it.",
+    DelegationInputSerializer,
+)
 class TaskRevokeDelegationView(TaskActionView):
     access_action = Action.GRANT
     input_serializer = DelegationInputSerializer
 
     def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
-        held = {user.get_username(): user for user, name in access.delegations_of(task)
-                if name == data["delegation"]}
+        held = {
+            user.get_username(): user
+            for user, name in access.delegations_of(task)
+            if name == data["delegation"]
+        }
         if data["user"] not in held:
-            raise NotFound(f"{data['user']!r} holds no {data['delegation']} delegation on "
-                           "this task.")
-        lifecycle.task_grant_delegation(task_id=task.pk, actor=actor_of(request, task),
-                                        grantee=held[data["user"]],
-                                        delegation=data["delegation"], revoke=True)
+            raise NotFound(
+                f"{data['user']!r} holds no {data['delegation']} delegation on this task."
+            )
+        lifecycle.task_grant_delegation(
+            task_id=task.pk,
+            actor=actor_of(request, task),
+            grantee=held[data["user"]],
+            delegation=data["delegation"],
+            revoke=True,
+        )
 
 
 # ---------------------------------------------------------------- tokens
 @list_schema(
-    "tokens_list", "tokens", "List API tokens",
+    "tokens_list",
+    "tokens",
+    "List API tokens",
     "The caller's own tokens and every token of the tenants they administer (admins and "
-    "operators). Secrets are never shown.", TokenSerializer)
+    "operators). Secrets are never shown.",
+    TokenSerializer,
+)
 class TokenListView(ApiListView):
     """API tokens the caller may see: their own, and all of the tenants they administer."""
 
@@ -455,38 +551,52 @@ class TokenListView(ApiListView):
 
 class TokenIssueView(ApiView):
     @extend_schema(
-        operation_id="tokens_issue", tags=["tokens"], summary="Issue an API token",
+        operation_id="tokens_issue",
+        tags=["tokens"],
+        summary="Issue an API token",
         description="Issues a token to the caller in a tenant they administer (the caller's "
-                    "tenant by default). The secret is in this response only. Audited.",
+        "tenant by default). The secret is in this response only. Audited.",
         request=TokenIssueSerializer,
-        responses={201: IssuedTokenSerializer, **problems(400, 403, 404, 422)})
+        responses={201: IssuedTokenSerializer, **problems(400, 403, 404, 422)},
+    )
     def post(self, request: Request) -> Response:
         data = parse(TokenIssueSerializer, request)
         tenant = caller_tenant(request, data.get("tenant"))
         self.check_object_permissions(request, TokenIssue(tenant_id=tenant.pk, owner=request.user))
-        token, secret = tokens.issue_token(user=request.user, tenant=tenant,
-                                           actor=actor_of(request), name=data["name"],
-                                           scopes=data["scopes"], expires_at=data["expires_at"])
+        token, secret = tokens.issue_token(
+            user=request.user,
+            tenant=tenant,
+            actor=actor_of(request),
+            name=data["name"],
+            scopes=data["scopes"],
+            expires_at=data["expires_at"],
+        )
         token = ApiToken.objects.select_related("tenant", "user").get(pk=token.pk)
         body = {**TokenSerializer(token).data, "secret": secret}
-        return Response(body, status=status.HTTP_201_CREATED,
-                        headers={"Cache-Control": "no-store"})
+        return Response(body, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
 
 
 class TokenRevokeView(ApiView):
     @extend_schema(
-        operation_id="tokens_revoke", tags=["tokens"], summary="Revoke an API token",
+        operation_id="tokens_revoke",
+        tags=["tokens"],
+        summary="Revoke an API token",
         description="Revokes a token at once (its owner, or the tenant's admins and operators). "
-                    "Revoking a revoked token changes nothing. Audited.",
+        "Revoking a revoked token changes nothing. Audited.",
         request=TokenRevokeSerializer,
-        responses={200: TokenSerializer, **problems(400, 403, 404, 422)})
+        responses={200: TokenSerializer, **problems(400, 403, 404, 422)},
+    )
     def post(self, request: Request, token_id: str) -> Response:
-        token = (access.visible_tokens(request.user).filter(pk=int(token_id)).first()
-                 if token_id.isdigit() and len(token_id) < 19 else None)
+        token = (
+            access.visible_tokens(request.user).filter(pk=int(token_id)).first()
+            if token_id.isdigit() and len(token_id) < 19
+            else None
+        )
         if token is None:
             raise NotFound(f"Token {token_id} not found.")
         self.check_object_permissions(request, token)
         data = parse(TokenRevokeSerializer, request)
-        token = tokens.revoke_token(token_id=token.pk, actor=actor_of(request),
-                                    reason=data["reason"])
+        token = tokens.revoke_token(
+            token_id=token.pk, actor=actor_of(request), reason=data["reason"]
+        )
         return Response(TokenSerializer(token).data)

@@ -14,8 +14,11 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         return None
     detail = response.data
     title = getattr(exc, "default_detail", "Error")
-    body: dict[str, Any] = {"type": "about:blank", "title": str(title),
-                            "status": response.status_code}
+    body: dict[str, Any] = {
+        "type": "about:blank",
+        "title": str(title),
+        "status": response.status_code,
+    }
     if isinstance(detail, dict) and set(detail) == {"detail"}:
         body["detail"] = str(detail["detail"])
     else:

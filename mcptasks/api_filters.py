@@ -48,13 +48,17 @@ for _state, _status in WIRE_STATUS.items():
 
 class TaskFilter(django_filters.FilterSet):
     state = django_filters.MultipleChoiceFilter(
-        choices=TaskState.choices, help_text="Internal state; repeat for several.")
+        choices=TaskState.choices, help_text="Internal state; repeat for several."
+    )
     status = django_filters.MultipleChoiceFilter(
-        choices=[(status, status) for status in STATES_BY_STATUS], method="filter_status",
-        help_text="MCP wire status; repeat for several.")
+        choices=[(status, status) for status in STATES_BY_STATUS],
+        method="filter_status",
+        help_text="MCP wire status; repeat for several.",
+    )
     tool = django_filters.CharFilter(field_name="tool_name", help_text="Tool name.")
-    principal = django_filters.CharFilter(field_name="principal__username",
-                                          help_text="Username of the principal.")
+    principal = django_filters.CharFilter(
+        field_name="principal__username", help_text="Username of the principal."
+    )
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="Tenant slug.")
     backend_job_id = django_filters.CharFilter(help_text="The external job id.")
     created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
@@ -76,15 +80,12 @@ class TaskFilter(django_filters.FilterSet):
 class AuditEventFilter(django_filters.FilterSet):
     chain = django_filters.CharFilter(help_text='"tenant:<slug>" or "system".')
     tenant = django_filters.CharFilter(method="filter_tenant", help_text="Tenant slug.")
-    actor = django_filters.CharFilter(method="filter_actor",
-                                      help_text="A user id or display name.")
+    actor = django_filters.CharFilter(method="filter_actor", help_text="A user id or display name.")
     actor_kind = django_filters.CharFilter(help_text="principal, user, operator or system.")
     action = django_filters.CharFilter(help_text="e.g. task.created.")
     task = django_filters.CharFilter(field_name="task_id", help_text="Task id.")
-    since = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte",
-                                             help_text="Inclusive.")
-    until = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt",
-                                             help_text="Exclusive.")
+    since = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte", help_text="Inclusive.")
+    until = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt", help_text="Exclusive.")
 
     class Meta:
         model = AuditEvent
@@ -100,8 +101,9 @@ class AuditEventFilter(django_filters.FilterSet):
 class TokenFilter(django_filters.FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="Tenant slug.")
     user = django_filters.CharFilter(field_name="user__username", help_text="Owner's username.")
-    active = django_filters.BooleanFilter(method="filter_active",
-                                          help_text="Only tokens that are (not) usable now.")
+    active = django_filters.BooleanFilter(
+        method="filter_active", help_text="Only tokens that are (not) usable now."
+    )
 
     class Meta:
         model = ApiToken
@@ -110,8 +112,9 @@ class TokenFilter(django_filters.FilterSet):
     def filter_active(self, queryset: QuerySet[ApiToken], name: str, value: bool | None) -> Any:
         if value is None:
             return queryset
-        usable = Q(revoked_at__isnull=True) & (Q(expires_at__isnull=True)
-                                                | Q(expires_at__gt=timezone.now()))
+        usable = Q(revoked_at__isnull=True) & (
+            Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now())
+        )
         return queryset.filter(usable) if value else queryset.exclude(usable)
 
 

@@ -50,9 +50,12 @@ def decide(user: Any, action: access.Action | None, obj: Any) -> access.Decision
     if isinstance(obj, AuditScope):
         if access.may_read_audit(user, obj.tenant_id):
             return access.ALLOW
-        return access.Decision(False, "not permitted to read this audit chain"
-                               if obj.tenant_id is not None else
-                               "only staff operators read the system chain or every chain")
+        return access.Decision(
+            False,
+            "not permitted to read this audit chain"
+            if obj.tenant_id is not None
+            else "only staff operators read the system chain or every chain",
+        )
     if isinstance(obj, TokenIssue):
         return access.may_issue_token(user, tenant_id=obj.tenant_id, owner=obj.owner)
     if isinstance(obj, ApiToken):
@@ -71,8 +74,10 @@ class AccessPermission(BasePermission):
         if user is None or not user.is_authenticated:
             return False
         if getattr(view, "access_rule", None) == READ_AUDIT and access.audit_tenants(user) == []:
-            self.message = ("Not permitted to read audit events: the auditors, admins and "
-                            "operators of a tenant read its audit trail.")
+            self.message = (
+                "Not permitted to read audit events: the auditors, admins and "
+                "operators of a tenant read its audit trail."
+            )
             return False
         return True
 

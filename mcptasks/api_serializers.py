@@ -31,7 +31,8 @@ class ProblemSerializer(serializers.Serializer):
     status = serializers.IntegerField(help_text="The HTTP status code.")
     detail = serializers.CharField(help_text="What went wrong, specifically.")
     errors = serializers.JSONField(  # type: ignore[assignment]  # a field, not Serializer.errors
-        required=False, help_text="Per-field validation messages (422 only).")
+        required=False, help_text="Per-field validation messages (422 only)."
+    )
 
 
 # ---------------------------------------------------------------- the wire task (docs only)
@@ -50,8 +51,7 @@ class DetailedTaskSerializer(serializers.Serializer):
     ttlMs = serializers.IntegerField(allow_null=True)
     pollIntervalMs = serializers.IntegerField()
     statusMessage = serializers.CharField(required=False)
-    inputRequests = serializers.DictField(
-        child=InputRequestWireSerializer(), required=False)
+    inputRequests = serializers.DictField(child=InputRequestWireSerializer(), required=False)
     result = serializers.JSONField(required=False)
     error = serializers.DictField(required=False)
 
@@ -64,8 +64,9 @@ class TaskSummarySerializer(serializers.Serializer):
     tenant = serializers.CharField(source="tenant.slug")
     principal = serializers.CharField(source="principal.username")
     tool = serializers.CharField(source="tool_name")
-    state = serializers.ChoiceField(choices=TaskState.choices,
-                                    help_text="The internal state (richer than the wire status).")
+    state = serializers.ChoiceField(
+        choices=TaskState.choices, help_text="The internal state (richer than the wire status)."
+    )
     status = serializers.SerializerMethodField(help_text="The MCP wire status of the state.")
     status_message = serializers.SerializerMethodField(help_text="Redacted.")
     backend_job_id = serializers.CharField()
@@ -96,21 +97,25 @@ class InputRequestSerializer(serializers.Serializer):
 
     key = serializers.CharField(source="request.key")
     method = serializers.CharField(source="request.method")
-    params = serializers.DictField(source="request.params",
-                                   help_text="The question as the tool asked it.")
+    params = serializers.DictField(
+        source="request.params", help_text="The question as the tool asked it."
+    )
     audience = serializers.CharField(source="request.audience")
     forbid_self_approval = serializers.BooleanField(source="request.forbid_self_approval")
     state = InputStateField(source="request.state")
     deadline_at = serializers.DateTimeField(source="request.deadline_at", allow_null=True)
     created_at = serializers.DateTimeField(source="request.created_at")
-    answered_by = serializers.CharField(source="request.answered_by.username", allow_null=True,
-                                        default=None)
+    answered_by = serializers.CharField(
+        source="request.answered_by.username", allow_null=True, default=None
+    )
     answered_via = serializers.CharField(source="request.answered_via")
     answered_at = serializers.DateTimeField(source="request.answered_at", allow_null=True)
     response = serializers.JSONField(
-        allow_null=True, help_text="The answer, redacted (schema-marked secrets included).")
+        allow_null=True, help_text="The answer, redacted (schema-marked secrets included)."
+    )
     can_answer = serializers.SerializerMethodField(
-        help_text="Whether the viewer may answer it (audience, grants, separation of duties).")
+        help_text="Whether the viewer may answer it (audience, grants, separation of duties)."
+    )
 
     def get_can_answer(self, view: queries.InputView) -> bool:
         return view.decision is not None and bool(view.decision)
@@ -129,8 +134,9 @@ class EffectSerializer(serializers.Serializer):
     attempt = serializers.IntegerField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
-    reconciled_by = serializers.CharField(source="reconciled_by.username", allow_null=True,
-                                          default=None)
+    reconciled_by = serializers.CharField(
+        source="reconciled_by.username", allow_null=True, default=None
+    )
     reconcile_note = serializers.CharField()
     reconciled_at = serializers.DateTimeField(allow_null=True)
 
@@ -169,8 +175,9 @@ class AuditEventSerializer(serializers.Serializer):
 
 class CancelIntentSerializer(serializers.Serializer):
     requested_at = serializers.DateTimeField(source="cancel_requested_at")
-    requested_by = serializers.CharField(source="cancel_requested_by.username", allow_null=True,
-                                         default=None)
+    requested_by = serializers.CharField(
+        source="cancel_requested_by.username", allow_null=True, default=None
+    )
     reason = serializers.CharField(source="cancel_reason")
 
 
@@ -189,12 +196,14 @@ class TaskDetailSerializer(TaskSummarySerializer):
     client_capabilities = serializers.DictField()
     cancel = serializers.SerializerMethodField()
     arguments = serializers.SerializerMethodField(
-        help_text="The arguments, redacted (sensitive names, values and the tool's own list).")
+        help_text="The arguments, redacted (sensitive names, values and the tool's own list)."
+    )
     input_requests = serializers.SerializerMethodField()
     effects = serializers.SerializerMethodField()
     delegations = serializers.SerializerMethodField()
     timeline = serializers.SerializerMethodField(
-        help_text=f"The task's audit events, oldest first (the last {queries.TIMELINE_LIMIT}).")
+        help_text=f"The task's audit events, oldest first (the last {queries.TIMELINE_LIMIT})."
+    )
     timeline_truncated = serializers.SerializerMethodField()
     task = serializers.SerializerMethodField()
 
@@ -219,8 +228,9 @@ class TaskDetailSerializer(TaskSummarySerializer):
     @extend_schema_field(EffectSerializer(many=True))
     def get_effects(self, task: Task) -> list[Any]:
         sensitive = queries.sensitive_keys_of(task.tool_name)
-        return list(EffectSerializer(self.detail.effects, many=True,
-                                     context={"sensitive": sensitive}).data)
+        return list(
+            EffectSerializer(self.detail.effects, many=True, context={"sensitive": sensitive}).data
+        )
 
     @extend_schema_field(DelegationSerializer(many=True))
     def get_delegations(self, task: Task) -> list[dict[str, str]]:
@@ -246,7 +256,8 @@ class AnswerInputSerializer(serializers.Serializer):
     ``CreateMessageResult`` or a ``ListRootsResult``, as the request's method asks."""
 
     response = serializers.DictField(
-        help_text='e.g. {"action": "accept", "content": {"approve": true}}')
+        help_text='e.g. {"action": "accept", "content": {"approve": true}}'
+    )
 
 
 class CancelSerializer(serializers.Serializer):
@@ -261,23 +272,30 @@ class ReconcileSerializer(serializers.Serializer):
     decision = serializers.ChoiceField(
         choices=RECONCILE_DECISIONS,
         help_text="applied: the step continues with that outcome; not_applied: the step runs "
-                  "again; fail: the task fails.")
+        "again; fail: the task fails.",
+    )
     reason = serializers.CharField(max_length=2000, help_text="Why (audited).")
     external_ref = serializers.CharField(
-        required=False, allow_blank=True, max_length=500, default="",
-        help_text="The downstream reference of what was applied (required for applied).")
+        required=False,
+        allow_blank=True,
+        max_length=500,
+        default="",
+        help_text="The downstream reference of what was applied (required for applied).",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["decision"] == "applied" and not attrs["external_ref"].strip():
             raise serializers.ValidationError(
-                {"external_ref": "An applied decision needs the external reference."})
+                {"external_ref": "An applied decision needs the external reference."}
+            )
         return attrs
 
 
 class DelegationInputSerializer(serializers.Serializer):
     user = serializers.CharField(max_length=150, help_text="The username of the grantee.")
-    delegation = serializers.ChoiceField(choices=sorted(access.DELEGATIONS),
-                                         help_text="view, or answer (which includes view).")
+    delegation = serializers.ChoiceField(
+        choices=sorted(access.DELEGATIONS), help_text="view, or answer (which includes view)."
+    )
 
 
 # ---------------------------------------------------------------- audit
@@ -285,19 +303,29 @@ class ExportInputSerializer(serializers.Serializer):
     """What to export. The chain defaults to the caller's tenant."""
 
     format = serializers.ChoiceField(choices=("jsonl", "csv"), default="jsonl")
-    tenant = serializers.SlugField(required=False, max_length=64,
-                                   help_text="Export this tenant's chain.")
+    tenant = serializers.SlugField(
+        required=False, max_length=64, help_text="Export this tenant's chain."
+    )
     chain = serializers.CharField(
-        required=False, max_length=80,
-        help_text='"tenant:<slug>", "system", or "*" for every chain (staff operators).')
-    actor = serializers.CharField(required=False, allow_blank=True, max_length=200, default="",
-                                  help_text="A user id or display name.")
+        required=False,
+        max_length=80,
+        help_text='"tenant:<slug>", "system", or "*" for every chain (staff operators).',
+    )
+    actor = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        default="",
+        help_text="A user id or display name.",
+    )
     action = serializers.CharField(required=False, allow_blank=True, max_length=64, default="")
     task_id = serializers.CharField(required=False, allow_blank=True, max_length=64, default="")
-    since = serializers.DateTimeField(required=False, allow_null=True, default=None,
-                                      help_text="Inclusive.")
-    until = serializers.DateTimeField(required=False, allow_null=True, default=None,
-                                      help_text="Exclusive.")
+    since = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="Inclusive."
+    )
+    until = serializers.DateTimeField(
+        required=False, allow_null=True, default=None, help_text="Exclusive."
+    )
 
 
 class ExportSerializer(serializers.Serializer):
@@ -340,10 +368,15 @@ ISSUABLE_SCOPES = ("mcp", "mcp:tasks", "mcp:tools", "api")
 
 class TokenIssueSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=100, default="")
-    tenant = serializers.SlugField(required=False, max_length=64,
-                                   help_text="Defaults to the caller's tenant.")
-    scopes = serializers.ListField(child=serializers.ChoiceField(choices=ISSUABLE_SCOPES),
-                                   required=False, default=["mcp"], max_length=len(ISSUABLE_SCOPES))
+    tenant = serializers.SlugField(
+        required=False, max_length=64, help_text="Defaults to the caller's tenant."
+    )
+    scopes = serializers.ListField(
+        child=serializers.ChoiceField(choices=ISSUABLE_SCOPES),
+        required=False,
+        default=["mcp"],
+        max_length=len(ISSUABLE_SCOPES),
+    )
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
     def validate_expires_at(self, value: Any) -> Any:
@@ -358,5 +391,6 @@ class TokenIssueSerializer(serializers.Serializer):
 
 
 class TokenRevokeSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="",
-                                   help_text="Why (audited).")
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=500, default="", help_text="Why (audited)."
+    )

@@ -84,8 +84,9 @@ def conformance_principal() -> Principal:
     global _conformance
     if _conformance is None:
         with transaction.atomic():
-            tenant, _ = Tenant.objects.get_or_create(slug=CONFORMANCE_USER,
-                                                     defaults={"name": "Conformance"})
+            tenant, _ = Tenant.objects.get_or_create(
+                slug=CONFORMANCE_USER, defaults={"name": "Conformance"}
+            )
             user, _ = get_user_model().objects.get_or_create(username=CONFORMANCE_USER)
             Membership.objects.get_or_create(user=user, tenant=tenant, role=Role.MEMBER)
         _conformance = Principal(user=user, tenant=tenant, token=None)

@@ -14,8 +14,11 @@ def seed_demo_tasks(cast: dict[str, dict[str, Any]]) -> list[Task]:
 
     made: list[Task] = []
     plans: list[tuple[str, str, dict[str, Any]]] = [
-        ("alice", "deploy_service", {"service": "billing", "version": "1.4.2",
-                                     "environment": "production"}),
+        (
+            "alice",
+            "deploy_service",
+            {"service": "billing", "version": "1.4.2", "environment": "production"},
+        ),
         ("adam", "run_pipeline", {"pipeline": "nightly-etl", "stages": 3}),
         ("bob", "export_dataset", {"dataset": "orders", "rows": 5000}),
     ]
@@ -26,13 +29,20 @@ def seed_demo_tasks(cast: dict[str, dict[str, Any]]) -> list[Task]:
         entry = cast[username]
         task, _ = lifecycle.task_create(
             spec=lifecycle.NewTask(
-                tenant_id=entry["tenant"].pk, principal_id=entry["user"].pk,
-                tool_name=tool_name, arguments=arguments,
-                policy_revision=tool.policy_revision, ttl_ms=tool.ttl_ms,
+                tenant_id=entry["tenant"].pk,
+                principal_id=entry["user"].pk,
+                tool_name=tool_name,
+                arguments=arguments,
+                policy_revision=tool.policy_revision,
+                ttl_ms=tool.ttl_ms,
                 poll_interval_ms=tool.effective_poll_interval_ms(),
-                client_capabilities={"elicitation": {},
-                                     "extensions": {"io.modelcontextprotocol/tasks": {}}},
-                sensitive_keys=frozenset(tool.sensitive)),
-            actor=Actor.for_user(entry["user"], kind="principal"))
+                client_capabilities={
+                    "elicitation": {},
+                    "extensions": {"io.modelcontextprotocol/tasks": {}},
+                },
+                sensitive_keys=frozenset(tool.sensitive),
+            ),
+            actor=Actor.for_user(entry["user"], kind="principal"),
+        )
         made.append(task)
     return made

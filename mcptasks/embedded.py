@@ -100,12 +100,14 @@ def start(workers: int = 2, beat_interval: float = 1.0) -> None:
         return
     _stop.clear()
     for number in range(workers):
-        thread = threading.Thread(target=_worker_loop, name=f"mcptasks-worker-{number}",
-                                  daemon=True)
+        thread = threading.Thread(
+            target=_worker_loop, name=f"mcptasks-worker-{number}", daemon=True
+        )
         thread.start()
         _threads.append(thread)
-    beat = threading.Thread(target=_beat_loop, args=(beat_interval,), name="mcptasks-beat",
-                            daemon=True)
+    beat = threading.Thread(
+        target=_beat_loop, args=(beat_interval,), name="mcptasks-beat", daemon=True
+    )
     beat.start()
     _threads.append(beat)
     submit("sweep", {})

@@ -31,8 +31,9 @@ def dispatch_job(job: str, kwargs: dict[str, Any], eta: datetime | None = None) 
         getattr(jobs, job).apply_async(kwargs=kwargs, eta=eta)
     except Exception:
         # The broker is only a wake-up: the sweeps find queued and due tasks again.
-        log.warning("job delivery failed; the sweeps will recover it", exc_info=True,
-                    extra={"job": job})
+        log.warning(
+            "job delivery failed; the sweeps will recover it", exc_info=True, extra={"job": job}
+        )
 
 
 def enqueue_on_commit(job: str, eta: datetime | None = None, **kwargs: Any) -> None:
@@ -61,8 +62,9 @@ def _sender_loop() -> asyncio.AbstractEventLoop:
     with _sender_lock:
         if _sender is None or _sender.is_closed():
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="mcptasks-broadcast",
-                             daemon=True).start()
+            threading.Thread(
+                target=loop.run_forever, name="mcptasks-broadcast", daemon=True
+            ).start()
             _sender = loop
     return _sender
 
@@ -72,8 +74,12 @@ def broadcast(task_id: str, tenant_id: int, version: int) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
-    message = {"type": "task.changed", "task_id": task_id, "tenant_id": tenant_id,
-               "version": version}
+    message = {
+        "type": "task.changed",
+        "task_id": task_id,
+        "tenant_id": tenant_id,
+        "version": version,
+    }
 
     async def send_all() -> None:
         for group in (f"task.{task_id}", f"tenant.{tenant_id}"):

@@ -46,8 +46,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
         except Exception as exc:
             checks[name] = f"unavailable: {type(exc).__name__}"
     ready = all(value == "ok" for value in checks.values())
-    return JsonResponse({"status": "ready" if ready else "unavailable", "checks": checks},
-                        status=200 if ready else 503)
+    return JsonResponse(
+        {"status": "ready" if ready else "unavailable", "checks": checks},
+        status=200 if ready else 503,
+    )
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

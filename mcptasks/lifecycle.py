@@ -66,7 +66,9 @@ TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 
 LEGAL_MOVES: frozenset[tuple[str, str]] = frozenset(
-    (source, target) for sources, targets in TRANSITIONS.values() for source in sources
+    (source, target)
+    for sources, targets in TRANSITIONS.values()
+    for source in sources
     for target in targets
 )
 
@@ -93,9 +95,7 @@ class StaleAttempt(InvalidTransition):
 
     def __init__(self, task_id: str, verb: str, state: str, attempt: int, current: int) -> None:
         super().__init__(task_id, verb, state)
-        self.args = (
-            f"stale attempt {attempt} (current {current}) may not {verb} task {task_id}",
-        )
+        self.args = (f"stale attempt {attempt} (current {current}) may not {verb} task {task_id}",)
 
 
 class InputNotPending(LifecycleError):
@@ -120,9 +120,15 @@ def _refusal(task_id: str, verb: str, attempt: int | None) -> LifecycleError:
     if current is None:
         return TaskNotFound(task_id)
     if attempt is not None and current["attempt"] != attempt:
-        log.warning("fenced off a write from a stale attempt",
-                    extra={"task_id": task_id, "verb": verb, "attempt": attempt,
-                           "current_attempt": current["attempt"]})
+        log.warning(
+            "fenced off a write from a stale attempt",
+            extra={
+                "task_id": task_id,
+                "verb": verb,
+                "attempt": attempt,
+                "current_attempt": current["attempt"],
+            },
+        )
         return StaleAttempt(task_id, verb, current["state"], attempt, current["attempt"])
     return InvalidTransition(task_id, verb, current["state"])
 
@@ -147,18 +153,31 @@ def _apply(
         rows = rows.filter(attempt=fence)
     if where is not None:
         rows = rows.filter(where)
-    if rows.update(state=target, version=F("version") + 1, updated_at=timezone.now(),
-                   **fields) != 1:
+    if (
+        rows.update(state=target, version=F("version") + 1, updated_at=timezone.now(), **fields)
+        != 1
+    ):
         raise _refusal(task_id, verb, fence)
     metrics.TRANSITIONS.labels(verb=verb).inc()
     return Task.objects.select_related("tenant").get(pk=task_id)
 
 
-def _audit(task: Task, action: str, actor: Actor, data: dict[str, Any] | None = None,
-           sensitive_keys: frozenset[str] = frozenset()) -> None:
-    record(action=action, actor=actor, tenant_id=task.tenant_id, tenant_slug=task.tenant.slug,
-           task_id=task.pk, data={"state": task.state, **(data or {})},
-           sensitive_keys=sensitive_keys)
+def _audit(
+    task: Task,
+    action: str,
+    actor: Actor,
+    data: dict[str, Any] | None = None,
+    sensitive_keys: frozenset[str] = frozenset(),
+) -> None:
+    record(
+        action=action,
+        actor=actor,
+        tenant_id=task.tenant_id,
+        tenant_slug=task.tenant.slug,
+        task_id=task.pk,
+        data={"state": task.state, **(data or {})},
+        sensitive_keys=sensitive_keys,
+    )
 
 
 def _changed(task: Task) -> None:
@@ -171,9 +190,12 @@ def _run_on_commit(task: Task) -> None:
 
 def _fence(task_id: str, attempt: int) -> None:
     """Check that ``attempt`` still holds the running task, renewing its lease; lock the row."""
-    if Task.objects.filter(pk=task_id, state=S.RUNNING, attempt=attempt).update(
-        lease_expires_at=_lease_deadline()
-    ) != 1:
+    if (
+        Task.objects.filter(pk=task_id, state=S.RUNNING, attempt=attempt).update(
+            lease_expires_at=_lease_deadline()
+        )
+        != 1
+    ):
         raise _refusal(task_id, "write", attempt)
 
 
@@ -248,21 +270,33 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
             task = Task.objects.select_related("tenant").get(pk=task.pk)
             for answered in spec.answered_inputs:
                 InputRequest.objects.create(
-                    task=task, tenant_id=spec.tenant_id, key=answered.key,
-                    method=answered.method, params=answered.params,
-                    audience=Audience.CLIENT, state=InputState.ANSWERED,
-                    response=answered.response, answered_by_id=spec.principal_id,
-                    answered_via="mcp", answered_at=now,
+                    task=task,
+                    tenant_id=spec.tenant_id,
+                    key=answered.key,
+                    method=answered.method,
+                    params=answered.params,
+                    audience=Audience.CLIENT,
+                    state=InputState.ANSWERED,
+                    response=answered.response,
+                    answered_by_id=spec.principal_id,
+                    answered_via="mcp",
+                    answered_at=now,
                 )
-            _audit(task, "task.created", actor, {
-                "tool": spec.tool_name,
-                "arguments": spec.arguments,
-                "argument_digest": task.argument_digest,
-                "server_build": task.server_build,
-                "policy_revision": task.policy_revision,
-                "ttl_ms": spec.ttl_ms,
-                "answered_before_creation": [a.key for a in spec.answered_inputs],
-            }, sensitive_keys=spec.sensitive_keys)
+            _audit(
+                task,
+                "task.created",
+                actor,
+                {
+                    "tool": spec.tool_name,
+                    "arguments": spec.arguments,
+                    "argument_digest": task.argument_digest,
+                    "server_build": task.server_build,
+                    "policy_revision": task.policy_revision,
+                    "ttl_ms": spec.ttl_ms,
+                    "answered_before_creation": [a.key for a in spec.answered_inputs],
+                },
+                sensitive_keys=spec.sensitive_keys,
+            )
             _changed(task)
             _run_on_commit(task)
     except IntegrityError:
@@ -285,20 +319,25 @@ class LimitExceeded(LifecycleError):
 
 
 def _existing_for_key(spec: NewTask, now: datetime) -> Task | None:
-    existing = (Task.objects.select_related("tenant")
-                .filter(principal_id=spec.principal_id, creation_key=spec.creation_key).first())
+    existing = (
+        Task.objects.select_related("tenant")
+        .filter(principal_id=spec.principal_id, creation_key=spec.creation_key)
+        .first()
+    )
     if existing is None:
         return None
     window = timedelta(seconds=settings.MCPTASKS_IDEMPOTENCY_WINDOW_S)
     if existing.created_at < now - window:
         # The key expired: release it so this request creates a new task.
         Task.objects.filter(pk=existing.pk, creation_key=spec.creation_key).update(
-            creation_key=None)
+            creation_key=None
+        )
         return None
     if existing.tool_name != spec.tool_name or existing.argument_digest != digest(spec.arguments):
         raise CreationKeyConflict(
             "idempotency key already used for a different call "
-            f"(task {existing.pk} with tool {existing.tool_name!r} and other arguments)")
+            f"(task {existing.pk} with tool {existing.tool_name!r} and other arguments)"
+        )
     return existing
 
 
@@ -308,22 +347,32 @@ def _check_active_limits(spec: NewTask) -> None:
     active = Task.objects.filter(state__in=ACTIVE_STATES)
     limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL
     if active.filter(principal_id=spec.principal_id).count() >= limit:
-        raise LimitExceeded(f"Too many active tasks for this principal: the limit is {limit} "
-                            "(MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL); wait for some to finish "
-                            "or cancel them")
+        raise LimitExceeded(
+            f"Too many active tasks for this principal: the limit is {limit} "
+            "(MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL); wait for some to finish "
+            "or cancel them"
+        )
     limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT
     if active.filter(tenant_id=spec.tenant_id).count() >= limit:
-        raise LimitExceeded(f"Too many active tasks for this tenant: the limit is {limit} "
-                            "(MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT)")
+        raise LimitExceeded(
+            f"Too many active tasks for this tenant: the limit is {limit} "
+            "(MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT)"
+        )
 
 
 # ---------------------------------------------------------------- worker verbs
 def task_claim(*, task_id: str, worker: str) -> Task:
     """Take a queued task for one attempt: lease, attempt + 1 (the new fencing token)."""
     with transaction.atomic():
-        task = _apply(task_id, verb="claim", target=S.RUNNING, lease_owner=worker,
-                      lease_expires_at=_lease_deadline(), attempt=F("attempt") + 1,
-                      wake_at=None)
+        task = _apply(
+            task_id,
+            verb="claim",
+            target=S.RUNNING,
+            lease_owner=worker,
+            lease_expires_at=_lease_deadline(),
+            attempt=F("attempt") + 1,
+            wake_at=None,
+        )
         _audit(task, "task.started", Actor.system(worker), {"attempt": task.attempt})
         _changed(task)
     return task
@@ -337,9 +386,15 @@ def task_renew_lease(*, task_id: str, attempt: int) -> None:
 def task_requeue(*, task_id: str) -> Task:
     """Give a running task whose lease expired back to the queue (the reaper's verb)."""
     with transaction.atomic():
-        task = _apply(task_id, verb="requeue", target=S.QUEUED, where=Q(lease_expires_at__lt=Now()),
-                      lease_owner="", lease_expires_at=None,
-                      lost_attempts=F("lost_attempts") + 1)
+        task = _apply(
+            task_id,
+            verb="requeue",
+            target=S.QUEUED,
+            where=Q(lease_expires_at__lt=Now()),
+            lease_owner="",
+            lease_expires_at=None,
+            lost_attempts=F("lost_attempts") + 1,
+        )
         _audit(task, "task.requeued", Actor.system("reaper"), {"attempt": task.attempt})
         _changed(task)
         # Cancel intent recorded while it ran: queued now, so honoured at once, not run again.
@@ -352,8 +407,14 @@ def task_requeue(*, task_id: str) -> Task:
 def task_report(*, task_id: str, attempt: int, message: str) -> Task:
     """Set the status message of a running task (a visible change; not audited)."""
     with transaction.atomic():
-        task = _apply(task_id, verb="report", target=S.RUNNING, fence=attempt,
-                      status_message=message[:2000], lease_expires_at=_lease_deadline())
+        task = _apply(
+            task_id,
+            verb="report",
+            target=S.RUNNING,
+            fence=attempt,
+            status_message=message[:2000],
+            lease_expires_at=_lease_deadline(),
+        )
         _changed(task)
     return task
 
@@ -388,31 +449,59 @@ class InputSpec:
     deadline_at: datetime | None = None
 
 
-def task_request_input(*, task_id: str, attempt: int, requests: list[InputSpec],
-                       actor: Actor | None = None) -> Task:
+def task_request_input(
+    *, task_id: str, attempt: int, requests: list[InputSpec], actor: Actor | None = None
+) -> Task:
     """Record input requests and suspend the running task until they are answered."""
     if not requests:
         raise ValueError("task_request_input needs at least one request")
     actor = actor or Actor.system("worker")
-    target = (S.AWAITING_INPUT
-              if any(r.audience in (Audience.CLIENT, Audience.ANY) for r in requests)
-              else S.AWAITING_OPERATOR)
+    target = (
+        S.AWAITING_INPUT
+        if any(r.audience in (Audience.CLIENT, Audience.ANY) for r in requests)
+        else S.AWAITING_OPERATOR
+    )
     with transaction.atomic():
         _fence(task_id, attempt)
         task = Task.objects.select_related("tenant").get(pk=task_id)
-        InputRequest.objects.bulk_create([
-            InputRequest(task_id=task_id, tenant_id=task.tenant_id, key=r.key, method=r.method,
-                         params=r.params, audience=r.audience,
-                         forbid_self_approval=r.forbid_self_approval, deadline_at=r.deadline_at)
-            for r in requests
-        ])
-        message = ("Waiting for an operator" if target == S.AWAITING_OPERATOR
-                   else "Waiting for input")
-        task = _apply(task_id, verb="request_input", target=target, fence=attempt,
-                      lease_owner="", lease_expires_at=None, status_message=message)
-        _audit(task, "task.input_requested", actor, {
-            "requests": [{"key": r.key, "method": r.method, "audience": r.audience,
-                          "params": r.params} for r in requests]})
+        InputRequest.objects.bulk_create(
+            [
+                InputRequest(
+                    task_id=task_id,
+                    tenant_id=task.tenant_id,
+                    key=r.key,
+                    method=r.method,
+                    params=r.params,
+                    audience=r.audience,
+                    forbid_self_approval=r.forbid_self_approval,
+                    deadline_at=r.deadline_at,
+                )
+                for r in requests
+            ]
+        )
+        message = (
+            "Waiting for an operator" if target == S.AWAITING_OPERATOR else "Waiting for input"
+        )
+        task = _apply(
+            task_id,
+            verb="request_input",
+            target=target,
+            fence=attempt,
+            lease_owner="",
+            lease_expires_at=None,
+            status_message=message,
+        )
+        _audit(
+            task,
+            "task.input_requested",
+            actor,
+            {
+                "requests": [
+                    {"key": r.key, "method": r.method, "audience": r.audience, "params": r.params}
+                    for r in requests
+                ]
+            },
+        )
         _changed(task)
         task = _after_suspend(task, actor)
     return task
@@ -422,8 +511,16 @@ def task_sleep(*, task_id: str, attempt: int, wake_at: datetime, message: str = 
     """Suspend a running task on a durable timer; it holds no worker until ``wake_at``."""
     with transaction.atomic():
         extra: dict[str, Any] = {"status_message": message} if message else {}
-        task = _apply(task_id, verb="sleep", target=S.SLEEPING, fence=attempt, wake_at=wake_at,
-                      lease_owner="", lease_expires_at=None, **extra)
+        task = _apply(
+            task_id,
+            verb="sleep",
+            target=S.SLEEPING,
+            fence=attempt,
+            wake_at=wake_at,
+            lease_owner="",
+            lease_expires_at=None,
+            **extra,
+        )
         _audit(task, "task.sleeping", Actor.system("worker"), {"wake_at": wake_at.isoformat()})
         _changed(task)
         task = _after_suspend(task, Actor.system("worker"))
@@ -436,8 +533,13 @@ def task_sleep(*, task_id: str, attempt: int, wake_at: datetime, message: str = 
 def task_wake(*, task_id: str) -> Task:
     """Queue a sleeping task whose timer is due."""
     with transaction.atomic():
-        task = _apply(task_id, verb="wake", target=S.QUEUED, where=Q(wake_at__lte=timezone.now()),
-                      wake_at=None)
+        task = _apply(
+            task_id,
+            verb="wake",
+            target=S.QUEUED,
+            where=Q(wake_at__lte=timezone.now()),
+            wake_at=None,
+        )
         _audit(task, "task.woken", Actor.system("timer"))
         _changed(task)
         _run_on_commit(task)
@@ -449,40 +551,65 @@ def task_complete(*, task_id: str, attempt: int, result: dict[str, Any]) -> Task
     size = len(json.dumps(result))
     if size > settings.MCPTASKS_MAX_RESULT_BYTES:
         return task_fail(
-            task_id=task_id, attempt=attempt, actor=Actor.system("worker"),
+            task_id=task_id,
+            attempt=attempt,
+            actor=Actor.system("worker"),
             error=error_object(
                 f"Tool result of {size} bytes exceeded the limit of "
-                f"{settings.MCPTASKS_MAX_RESULT_BYTES} bytes (MCPTASKS_MAX_RESULT_BYTES)"))
+                f"{settings.MCPTASKS_MAX_RESULT_BYTES} bytes (MCPTASKS_MAX_RESULT_BYTES)"
+            ),
+        )
     with transaction.atomic():
-        task = _apply(task_id, verb="complete", target=S.COMPLETED, fence=attempt,
-                      result=result, lease_owner="", lease_expires_at=None,
-                      status_message="Completed with a tool error" if result.get("isError")
-                      else "Completed")
-        _audit(task, "task.completed", Actor.system("worker"),
-               {"is_error": bool(result.get("isError"))})
+        task = _apply(
+            task_id,
+            verb="complete",
+            target=S.COMPLETED,
+            fence=attempt,
+            result=result,
+            lease_owner="",
+            lease_expires_at=None,
+            status_message="Completed with a tool error" if result.get("isError") else "Completed",
+        )
+        _audit(
+            task,
+            "task.completed",
+            Actor.system("worker"),
+            {"is_error": bool(result.get("isError"))},
+        )
         _changed(task)
     return task
 
 
-def task_fail(*, task_id: str, error: dict[str, Any], actor: Actor,
-              attempt: int | None = None) -> Task:
+def task_fail(
+    *, task_id: str, error: dict[str, Any], actor: Actor, attempt: int | None = None
+) -> Task:
     """Fail a task with a JSON-RPC error object: a running attempt's, or (no attempt) any
     active task, for sweepers and operators."""
     with transaction.atomic():
-        task = _apply(task_id, verb="fail", target=S.FAILED, fence=attempt,
-                      sources=[S.RUNNING] if attempt is not None else None,
-                      error=error, status_message=error["message"][:2000],
-                      lease_owner="", lease_expires_at=None, wake_at=None)
+        task = _apply(
+            task_id,
+            verb="fail",
+            target=S.FAILED,
+            fence=attempt,
+            sources=[S.RUNNING] if attempt is not None else None,
+            error=error,
+            status_message=error["message"][:2000],
+            lease_owner="",
+            lease_expires_at=None,
+            wake_at=None,
+        )
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
-            state=InputState.SUPERSEDED)
+            state=InputState.SUPERSEDED
+        )
         _audit(task, "task.failed", actor, {"error": error})
         _changed(task)
     return task
 
 
 # ---------------------------------------------------------------- input
-def task_answer_input(*, task_id: str, key: str, response: dict[str, Any], actor: Actor,
-                      via: str) -> Task:
+def task_answer_input(
+    *, task_id: str, key: str, response: dict[str, Any], actor: Actor, via: str
+) -> Task:
     """Store the answer to one pending input request; resume the task once none is pending.
 
     Raises :class:`InputNotPending` if the key is not pending, :class:`InvalidTransition` if
@@ -490,25 +617,33 @@ def task_answer_input(*, task_id: str, key: str, response: dict[str, Any], actor
     """
     with transaction.atomic():
         # The new state depends on which requests stay pending: lock the row (STYLE rule 3).
-        task = (Task.objects.select_for_update().select_related("tenant")
-                .filter(pk=task_id).first())
+        task = Task.objects.select_for_update().select_related("tenant").filter(pk=task_id).first()
         if task is None:
             raise TaskNotFound(task_id)
         if task.state not in AWAITING_STATES:
             raise InvalidTransition(task_id, "answer_input", task.state)
         now = timezone.now()
-        if InputRequest.objects.filter(task_id=task_id, key=key,
-                                       state=InputState.PENDING).update(
-            state=InputState.ANSWERED, response=response, answered_by_id=actor.user_id,
-            answered_via=via, answered_at=now,
-        ) != 1:
+        if (
+            InputRequest.objects.filter(task_id=task_id, key=key, state=InputState.PENDING).update(
+                state=InputState.ANSWERED,
+                response=response,
+                answered_by_id=actor.user_id,
+                answered_via=via,
+                answered_at=now,
+            )
+            != 1
+        ):
             raise InputNotPending(key)
         target, message = _after_input(task_id, resuming="Resuming")
         task = _apply(task_id, verb="answer_input", target=target, status_message=message)
         request = InputRequest.objects.get(task_id=task_id, key=key)
-        _audit(task, "task.input_answered", actor, {
-            "key": key, "via": via, "action": response.get("action"),
-            "response": response}, sensitive_keys=_secret_fields(request.params))
+        _audit(
+            task,
+            "task.input_answered",
+            actor,
+            {"key": key, "via": via, "action": response.get("action"), "response": response},
+            sensitive_keys=_secret_fields(request.params),
+        )
         _changed(task)
         if target == S.QUEUED:
             _run_on_commit(task)
@@ -518,8 +653,11 @@ def task_answer_input(*, task_id: str, key: str, response: dict[str, Any], actor
 def _after_input(task_id: str, *, resuming: str) -> tuple[str, str]:
     """Where a task waiting for input goes once one request is settled: back to the queue when
     none is pending, else the awaiting state the remaining audiences call for."""
-    remaining = set(InputRequest.objects.filter(
-        task_id=task_id, state=InputState.PENDING).values_list("audience", flat=True))
+    remaining = set(
+        InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).values_list(
+            "audience", flat=True
+        )
+    )
     if not remaining:
         return S.QUEUED, resuming
     if remaining & {Audience.CLIENT, Audience.ANY}:
@@ -530,26 +668,38 @@ def _after_input(task_id: str, *, resuming: str) -> tuple[str, str]:
 def _secret_fields(params: dict[str, Any]) -> frozenset[str]:
     """Fields an elicitation schema marks as sensitive (``x-sensitive`` or password format)."""
     properties = (params.get("requestedSchema") or {}).get("properties") or {}
-    return frozenset(name for name, schema in properties.items()
-                     if isinstance(schema, dict)
-                     and (schema.get("x-sensitive") or schema.get("format") == "password"))
+    return frozenset(
+        name
+        for name, schema in properties.items()
+        if isinstance(schema, dict)
+        and (schema.get("x-sensitive") or schema.get("format") == "password")
+    )
 
 
 def task_timeout_input(*, task_id: str, key: str, fail: bool = True) -> Task:
     """Expire a pending input request past its deadline: fail the task, or resume it so the
     tool sees a timed-out answer."""
     with transaction.atomic():
-        if InputRequest.objects.filter(task_id=task_id, key=key, state=InputState.PENDING,
-                                       deadline_at__lte=timezone.now()).update(
-            state=InputState.EXPIRED) != 1:
+        if (
+            InputRequest.objects.filter(
+                task_id=task_id, key=key, state=InputState.PENDING, deadline_at__lte=timezone.now()
+            ).update(state=InputState.EXPIRED)
+            != 1
+        ):
             raise InputNotPending(key)
         actor = Actor.system("sweeper")
         if fail:
             error = error_object(f"Input request {key!r} timed out waiting for an answer")
-            task = _apply(task_id, verb="timeout_input", target=S.FAILED, error=error,
-                          status_message=error["message"])
+            task = _apply(
+                task_id,
+                verb="timeout_input",
+                target=S.FAILED,
+                error=error,
+                status_message=error["message"],
+            )
             InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
-                state=InputState.SUPERSEDED)
+                state=InputState.SUPERSEDED
+            )
         else:
             target, message = _after_input(task_id, resuming="Input timed out; resuming")
             task = _apply(task_id, verb="timeout_input", target=target, status_message=message)
@@ -562,12 +712,21 @@ def task_timeout_input(*, task_id: str, key: str, fail: bool = True) -> Task:
 
 # ---------------------------------------------------------------- cancel
 def _cancel_now(task_id: str, *, actor: Actor, attempt: int | None = None) -> Task:
-    task = _apply(task_id, verb="cancel_now", target=S.CANCELLED, fence=attempt,
-                  sources=[S.RUNNING] if attempt is not None else SUSPENDED_STATES,
-                  where=Q(cancel_requested_at__isnull=False), lease_owner="",
-                  lease_expires_at=None, wake_at=None, status_message="Cancelled")
+    task = _apply(
+        task_id,
+        verb="cancel_now",
+        target=S.CANCELLED,
+        fence=attempt,
+        sources=[S.RUNNING] if attempt is not None else SUSPENDED_STATES,
+        where=Q(cancel_requested_at__isnull=False),
+        lease_owner="",
+        lease_expires_at=None,
+        wake_at=None,
+        status_message="Cancelled",
+    )
     InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
-        state=InputState.SUPERSEDED)
+        state=InputState.SUPERSEDED
+    )
     _audit(task, "task.cancelled", actor)
     _changed(task)
     return task
@@ -589,8 +748,12 @@ def task_request_cancel(*, task_id: str, actor: Actor, reason: str = "") -> Task
         now = timezone.now()
         recorded = Task.objects.filter(
             pk=task_id, state__in=ACTIVE_STATES, cancel_requested_at__isnull=True
-        ).update(cancel_requested_at=now, cancel_requested_by_id=actor.user_id,
-                 cancel_reason=reason[:2000], updated_at=now)
+        ).update(
+            cancel_requested_at=now,
+            cancel_requested_by_id=actor.user_id,
+            cancel_reason=reason[:2000],
+            updated_at=now,
+        )
         task = Task.objects.select_related("tenant").filter(pk=task_id).first()
         if task is None:
             raise TaskNotFound(task_id)
@@ -608,16 +771,29 @@ def task_force_cancel(*, task_id: str, actor: Actor, reason: str) -> Task:
         raise ValueError("a force cancel needs a reason")
     with transaction.atomic():
         now = timezone.now()
-        task = _apply(task_id, verb="force_cancel", target=S.CANCELLED,
-                      cancel_requested_at=now, cancel_requested_by_id=actor.user_id,
-                      cancel_reason=reason[:2000], lease_owner="", lease_expires_at=None,
-                      wake_at=None, status_message=f"Force-cancelled: {reason[:500]}")
+        task = _apply(
+            task_id,
+            verb="force_cancel",
+            target=S.CANCELLED,
+            cancel_requested_at=now,
+            cancel_requested_by_id=actor.user_id,
+            cancel_reason=reason[:2000],
+            lease_owner="",
+            lease_expires_at=None,
+            wake_at=None,
+            status_message=f"Force-cancelled: {reason[:500]}",
+        )
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
-            state=InputState.SUPERSEDED)
-        in_flight = list(Effect.objects.filter(task_id=task_id, state=EffectState.INTENDED)
-                         .values_list("step", flat=True))
+            state=InputState.SUPERSEDED
+        )
+        in_flight = list(
+            Effect.objects.filter(task_id=task_id, state=EffectState.INTENDED).values_list(
+                "step", flat=True
+            )
+        )
         Effect.objects.filter(task_id=task_id, state=EffectState.INTENDED).update(
-            state=EffectState.UNKNOWN, updated_at=now)
+            state=EffectState.UNKNOWN, updated_at=now
+        )
         _audit(task, "task.force_cancelled", actor, {"reason": reason})
         for step in in_flight:
             _audit(task, "effect.unknown", actor, {"step": step, "cause": "force_cancel"})
@@ -627,42 +803,60 @@ def task_force_cancel(*, task_id: str, actor: Actor, reason: str) -> Task:
 
 
 # ---------------------------------------------------------------- effects
-def task_effect_intended(*, task_id: str, attempt: int, step: str, idempotency_key: str,
-                         idempotent: bool) -> Effect:
+def task_effect_intended(
+    *, task_id: str, attempt: int, step: str, idempotency_key: str, idempotent: bool
+) -> Effect:
     """Record that an effect is about to run (committed before the downstream call)."""
     with transaction.atomic():
         _fence(task_id, attempt)
         tenant_id = Task.objects.filter(pk=task_id).values_list("tenant_id", flat=True).get()
         effect, created = Effect.objects.get_or_create(
-            task_id=task_id, step=step,
-            defaults={"tenant_id": tenant_id, "idempotency_key": idempotency_key,
-                      "idempotent": idempotent, "state": EffectState.INTENDED,
-                      "attempt": attempt},
+            task_id=task_id,
+            step=step,
+            defaults={
+                "tenant_id": tenant_id,
+                "idempotency_key": idempotency_key,
+                "idempotent": idempotent,
+                "state": EffectState.INTENDED,
+                "attempt": attempt,
+            },
         )
         if not created:
-            Effect.objects.filter(pk=effect.pk).update(state=EffectState.INTENDED,
-                                                       attempt=attempt, updated_at=timezone.now())
+            Effect.objects.filter(pk=effect.pk).update(
+                state=EffectState.INTENDED, attempt=attempt, updated_at=timezone.now()
+            )
             effect.refresh_from_db()
     return effect
 
 
-def task_effect_applied(*, task_id: str, attempt: int, step: str, result: Any,
-                        external_ref: str = "") -> None:
+def task_effect_applied(
+    *, task_id: str, attempt: int, step: str, result: Any, external_ref: str = ""
+) -> None:
     with transaction.atomic():
         _fence(task_id, attempt)
         Effect.objects.filter(task_id=task_id, step=step, state=EffectState.INTENDED).update(
-            state=EffectState.APPLIED, result=result, external_ref=external_ref[:500],
-            updated_at=timezone.now())
+            state=EffectState.APPLIED,
+            result=result,
+            external_ref=external_ref[:500],
+            updated_at=timezone.now(),
+        )
 
 
 def task_mark_effect_unknown(*, task_id: str, attempt: int, step: str) -> Task:
     """A non-idempotent effect found ``intended`` on replay: wait for an operator."""
     with transaction.atomic():
         Effect.objects.filter(task_id=task_id, step=step, state=EffectState.INTENDED).update(
-            state=EffectState.UNKNOWN, updated_at=timezone.now())
-        task = _apply(task_id, verb="mark_effect_unknown", target=S.NEEDS_RECONCILIATION,
-                      fence=attempt, lease_owner="", lease_expires_at=None,
-                      status_message=f"Waiting for an operator to reconcile step {step!r}")
+            state=EffectState.UNKNOWN, updated_at=timezone.now()
+        )
+        task = _apply(
+            task_id,
+            verb="mark_effect_unknown",
+            target=S.NEEDS_RECONCILIATION,
+            fence=attempt,
+            lease_owner="",
+            lease_expires_at=None,
+            status_message=f"Waiting for an operator to reconcile step {step!r}",
+        )
         _audit(task, "effect.unknown", Actor.system("worker"), {"step": step})
         _changed(task)
         task = _after_suspend(task, Actor.system("worker"))
@@ -672,8 +866,9 @@ def task_mark_effect_unknown(*, task_id: str, attempt: int, step: str) -> Task:
 RECONCILE_DECISIONS = ("applied", "not_applied", "fail")
 
 
-def task_reconcile_effect(*, effect_id: int, actor: Actor, decision: str, note: str,
-                          external_ref: str = "") -> Task:
+def task_reconcile_effect(
+    *, effect_id: int, actor: Actor, decision: str, note: str, external_ref: str = ""
+) -> Task:
     """Decide an unknown effect. On a waiting task: applied → the step continues with that
     outcome; not_applied → the step runs again; fail → the task fails. On a terminal task the
     decision only records what happened. A second decision is refused."""
@@ -681,17 +876,23 @@ def task_reconcile_effect(*, effect_id: int, actor: Actor, decision: str, note: 
         raise ValueError(f"decision must be one of {', '.join(RECONCILE_DECISIONS)}")
     if not note.strip():
         raise ValueError("a reconciliation needs a reason")
-    new_state = {"applied": EffectState.RECONCILED_APPLIED,
-                 "not_applied": EffectState.RECONCILED_NOT_APPLIED,
-                 "fail": EffectState.FAILED}[decision]
+    new_state = {
+        "applied": EffectState.RECONCILED_APPLIED,
+        "not_applied": EffectState.RECONCILED_NOT_APPLIED,
+        "fail": EffectState.FAILED,
+    }[decision]
     with transaction.atomic():
         effect = Effect.objects.select_related("task__tenant").filter(pk=effect_id).first()
         if effect is None:
             raise EffectNotUnknown(effect_id)
         now = timezone.now()
-        fields: dict[str, Any] = {"state": new_state, "reconciled_by_id": actor.user_id,
-                                  "reconcile_note": note[:2000], "reconciled_at": now,
-                                  "updated_at": now}
+        fields: dict[str, Any] = {
+            "state": new_state,
+            "reconciled_by_id": actor.user_id,
+            "reconcile_note": note[:2000],
+            "reconciled_at": now,
+            "updated_at": now,
+        }
         if decision == "applied":
             fields["external_ref"] = external_ref[:500]
             fields["result"] = {"external_ref": external_ref, "reconciled": True}
@@ -701,16 +902,30 @@ def task_reconcile_effect(*, effect_id: int, actor: Actor, decision: str, note: 
         waiting_more = Effect.objects.filter(task_id=task.pk, state=EffectState.UNKNOWN).exists()
         if task.state == S.NEEDS_RECONCILIATION:
             if decision == "fail":
-                error = error_object(f"Operator failed the task while reconciling step "
-                                     f"{effect.step!r}: {note[:500]}")
-                task = _apply(task.pk, verb="reconcile_effect", target=S.FAILED, error=error,
-                              status_message=error["message"])
+                error = error_object(
+                    f"Operator failed the task while reconciling step {effect.step!r}: {note[:500]}"
+                )
+                task = _apply(
+                    task.pk,
+                    verb="reconcile_effect",
+                    target=S.FAILED,
+                    error=error,
+                    status_message=error["message"],
+                )
             elif not waiting_more:
-                task = _apply(task.pk, verb="reconcile_effect", target=S.QUEUED,
-                              status_message="Reconciled; resuming")
+                task = _apply(
+                    task.pk,
+                    verb="reconcile_effect",
+                    target=S.QUEUED,
+                    status_message="Reconciled; resuming",
+                )
                 _run_on_commit(task)
-        _audit(task, "effect.reconciled", actor, {"step": effect.step, "decision": decision,
-                                                  "note": note, "external_ref": external_ref})
+        _audit(
+            task,
+            "effect.reconciled",
+            actor,
+            {"step": effect.step, "decision": decision, "note": note, "external_ref": external_ref},
+        )
         _changed(task)
     return task
 
@@ -722,12 +937,20 @@ def task_expire(*, task_id: str) -> Task:
         error = error_object("Task expired: it did not finish within its ttlMs")
         # expires_at comes from the application clock (created_at + ttlMs), and so does the
         # sweep's choice of candidates: judge it by that clock too, not the database's.
-        task = _apply(task_id, verb="expire", target=S.FAILED,
-                      where=Q(expires_at__lte=timezone.now()),
-                      error=error, status_message=error["message"], lease_owner="",
-                      lease_expires_at=None, wake_at=None)
+        task = _apply(
+            task_id,
+            verb="expire",
+            target=S.FAILED,
+            where=Q(expires_at__lte=timezone.now()),
+            error=error,
+            status_message=error["message"],
+            lease_owner="",
+            lease_expires_at=None,
+            wake_at=None,
+        )
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
-            state=InputState.SUPERSEDED)
+            state=InputState.SUPERSEDED
+        )
         _audit(task, "task.expired", Actor.system("sweeper"))
         _changed(task)
     return task
@@ -737,9 +960,11 @@ def task_purge(*, task_id: str) -> bool:
     """Delete a terminal task past its TTL plus the grace period. Audit rows stay."""
     grace = timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
     with transaction.atomic():
-        task = (Task.objects.select_related("tenant")
-                .filter(pk=task_id, state__in=TERMINAL_STATES,
-                        expires_at__lte=timezone.now() - grace).first())
+        task = (
+            Task.objects.select_related("tenant")
+            .filter(pk=task_id, state__in=TERMINAL_STATES, expires_at__lte=timezone.now() - grace)
+            .first()
+        )
         if task is None:
             return False
         deleted, _ = Task.objects.filter(pk=task_id, state__in=TERMINAL_STATES).delete()
@@ -750,8 +975,9 @@ def task_purge(*, task_id: str) -> bool:
 
 
 # ---------------------------------------------------------------- delegations
-def task_grant_delegation(*, task_id: str, actor: Actor, grantee: Any, delegation: str,
-                          revoke: bool = False) -> Task:
+def task_grant_delegation(
+    *, task_id: str, actor: Actor, grantee: Any, delegation: str, revoke: bool = False
+) -> Task:
     """Grant (or revoke) a per-task right for ``grantee``; audited. The caller authorized it
     with ``access.can(..., Action.GRANT, ...)``."""
     from mcptasks import access
@@ -766,9 +992,12 @@ def task_grant_delegation(*, task_id: str, actor: Actor, grantee: Any, delegatio
             access.remove_delegation(grantee=grantee, task=task, delegation=delegation)
         else:
             access.assign_delegation(grantee=grantee, task=task, delegation=delegation)
-        _audit(task, "delegation.revoked" if revoke else "delegation.granted", actor,
-               {"grantee": grantee.get_username(), "grantee_id": grantee.pk,
-                "delegation": delegation})
+        _audit(
+            task,
+            "delegation.revoked" if revoke else "delegation.granted",
+            actor,
+            {"grantee": grantee.get_username(), "grantee_id": grantee.pk, "delegation": delegation},
+        )
     return task
 
 

@@ -75,8 +75,9 @@ class RedisBuckets:
     def take(self, key: str, rate: float, burst: float, version: str = "") -> float:
         ttl = max(60, math.ceil(burst / rate) * 2)
         try:
-            result: Any = self._script(keys=[f"mcptasks:rl:{key}"],
-                                       args=[time.time(), rate, burst, version, ttl])
+            result: Any = self._script(
+                keys=[f"mcptasks:rl:{key}"], args=[time.time(), rate, burst, version, ttl]
+            )
         except Exception:
             security_log.warning("rate limiter unavailable; allowing the request", exc_info=True)
             return 0.0
@@ -109,21 +110,34 @@ def check_poll(*, principal_id: int, task_id: str, poll_interval_ms: int, versio
     The first poll after a state change is never throttled.
     """
     rate = 1000.0 / max(poll_interval_ms, 1)
-    wait = buckets().take(f"poll:{principal_id}:{task_id}", rate,
-                          settings.MCPTASKS_POLL_BURST, version=str(version))
+    wait = buckets().take(
+        f"poll:{principal_id}:{task_id}", rate, settings.MCPTASKS_POLL_BURST, version=str(version)
+    )
     if wait > 0:
-        raise Throttled(wait, f"Polling faster than pollIntervalMs ({poll_interval_ms} ms); "
-                              f"retry after {math.ceil(wait)} s")
+        raise Throttled(
+            wait,
+            f"Polling faster than pollIntervalMs ({poll_interval_ms} ms); "
+            f"retry after {math.ceil(wait)} s",
+        )
 
 
 def check_unknown_lookup(*, principal_id: int, task_id: str) -> None:
     """Count a ``tasks/*`` lookup of an id the principal cannot see; beyond the budget the
     principal is throttled and a security event is logged (other principals are unaffected)."""
-    wait = buckets().take(f"unknown:{principal_id}", settings.MCPTASKS_UNKNOWN_TASK_RATE,
-                          settings.MCPTASKS_UNKNOWN_TASK_BURST)
+    wait = buckets().take(
+        f"unknown:{principal_id}",
+        settings.MCPTASKS_UNKNOWN_TASK_RATE,
+        settings.MCPTASKS_UNKNOWN_TASK_BURST,
+    )
     if wait > 0:
-        security_log.warning("task id guessing throttled", extra={
-            "event": "security.task_id_guessing", "principal_id": principal_id,
-            "task_id_prefix": task_id[:6]})
-        raise Throttled(wait, "Too many lookups of unknown task ids; retry later",
-                        kind="unknown_task")
+        security_log.warning(
+            "task id guessing throttled",
+            extra={
+                "event": "security.task_id_guessing",
+                "principal_id": principal_id,
+                "task_id_prefix": task_id[:6],
+            },
+        )
+        raise Throttled(
+            wait, "Too many lookups of unknown task ids; retry later", kind="unknown_task"
+        )

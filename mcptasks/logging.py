@@ -31,8 +31,7 @@ def _record_extras(logger: Any, method: str, event: Any) -> Any:
     """Fields passed with ``extra={...}`` on stdlib calls."""
     record = event.get("_record")
     if record is not None:
-        skip = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message",
-                                                                             "asctime"}
+        skip = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
         for key, value in record.__dict__.items():
             if key not in skip and not key.startswith("_"):
                 event.setdefault(key, value)
@@ -40,8 +39,11 @@ def _record_extras(logger: Any, method: str, event: Any) -> Any:
 
 
 def formatter(fmt: str = "console") -> structlog.stdlib.ProcessorFormatter:
-    renderer: Any = (structlog.processors.JSONRenderer() if fmt == "json"
-                     else structlog.dev.ConsoleRenderer(colors=False))
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if fmt == "json"
+        else structlog.dev.ConsoleRenderer(colors=False)
+    )
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,

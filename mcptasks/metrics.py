@@ -24,16 +24,23 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 TRANSITIONS = Counter("mcptasks_transitions_total", "Task state transitions", ["verb"])
-TASK_CREATE_SECONDS = Histogram("mcptasks_task_create_seconds",
-                                "tools/call to committed CreateTaskResult",
-                                buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
-TASKS_GET_SECONDS = Histogram("mcptasks_tasks_get_seconds", "tasks/get handling time",
-                              buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25))
+TASK_CREATE_SECONDS = Histogram(
+    "mcptasks_task_create_seconds",
+    "tools/call to committed CreateTaskResult",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+TASKS_GET_SECONDS = Histogram(
+    "mcptasks_tasks_get_seconds",
+    "tasks/get handling time",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
+)
 THROTTLED = Counter("mcptasks_throttled_total", "Requests answered 429", ["kind"])
-MISSING_MCP_NAME = Counter("mcptasks_missing_mcp_name_total",
-                           "tasks/* requests without Mcp-Name (tolerated, PROTOCOL §9)")
-LISTEN_STREAMS = Gauge("mcptasks_listen_streams", "Open subscriptions/listen streams",
-                       multiprocess_mode="livesum")
+MISSING_MCP_NAME = Counter(
+    "mcptasks_missing_mcp_name_total", "tasks/* requests without Mcp-Name (tolerated, PROTOCOL §9)"
+)
+LISTEN_STREAMS = Gauge(
+    "mcptasks_listen_streams", "Open subscriptions/listen streams", multiprocess_mode="livesum"
+)
 
 
 class DatabaseCollector(Collector):
@@ -47,16 +54,23 @@ class DatabaseCollector(Collector):
         for state in TaskState:
             by_state.add_metric([state.value], counts.get(state.value, 0))
         yield by_state
-        yield GaugeMetricFamily("mcptasks_queue_depth", "Tasks queued for a worker",
-                                value=counts.get(TaskState.QUEUED.value, 0))
         yield GaugeMetricFamily(
-            "mcptasks_reconciliation_backlog", "Effects whose outcome is unknown",
-            value=Effect.objects.filter(state=EffectState.UNKNOWN).count())
+            "mcptasks_queue_depth",
+            "Tasks queued for a worker",
+            value=counts.get(TaskState.QUEUED.value, 0),
+        )
+        yield GaugeMetricFamily(
+            "mcptasks_reconciliation_backlog",
+            "Effects whose outcome is unknown",
+            value=Effect.objects.filter(state=EffectState.UNKNOWN).count(),
+        )
         loop_tasks = _event_loop_tasks()
         if loop_tasks is not None:
-            yield GaugeMetricFamily("mcptasks_event_loop_tasks",
-                                    "asyncio tasks on this process's server loop",
-                                    value=loop_tasks)
+            yield GaugeMetricFamily(
+                "mcptasks_event_loop_tasks",
+                "asyncio tasks on this process's server loop",
+                value=loop_tasks,
+            )
 
 
 def _event_loop_tasks() -> int | None:

@@ -24,13 +24,15 @@ def resource_metadata_url() -> str:
 
 
 def protected_resource_metadata(request: HttpRequest) -> JsonResponse:
-    return JsonResponse({
-        "resource": f"{settings.MCPTASKS_PUBLIC_URL}/mcp",
-        "authorization_servers": settings.MCPTASKS_AUTHORIZATION_SERVERS,
-        "scopes_supported": SCOPES,
-        "bearer_methods_supported": ["header"],
-        "resource_name": "mcptasks",
-    })
+    return JsonResponse(
+        {
+            "resource": f"{settings.MCPTASKS_PUBLIC_URL}/mcp",
+            "authorization_servers": settings.MCPTASKS_AUTHORIZATION_SERVERS,
+            "scopes_supported": SCOPES,
+            "bearer_methods_supported": ["header"],
+            "resource_name": "mcptasks",
+        }
+    )
 
 
 class JwtRejected(Exception):
@@ -38,8 +40,10 @@ class JwtRejected(Exception):
 
 
 def jwt_configured() -> bool:
-    return bool(settings.MCPTASKS_JWT_ISSUER and (settings.MCPTASKS_JWT_JWKS_URL
-                                                  or settings.MCPTASKS_JWT_JWKS_FILE))
+    return bool(
+        settings.MCPTASKS_JWT_ISSUER
+        and (settings.MCPTASKS_JWT_JWKS_URL or settings.MCPTASKS_JWT_JWKS_FILE)
+    )
 
 
 @lru_cache(maxsize=1)
@@ -66,9 +70,13 @@ def validate_jwt(token: str) -> tuple[Any, Tenant, list[str]]:
     """
     try:
         claims = jwt.decode(
-            token, _signing_key(token), algorithms=settings.MCPTASKS_JWT_ALGORITHMS,
-            audience=settings.MCPTASKS_JWT_AUDIENCE, issuer=settings.MCPTASKS_JWT_ISSUER,
-            options={"require": ["exp", "iss", "aud"]})
+            token,
+            _signing_key(token),
+            algorithms=settings.MCPTASKS_JWT_ALGORITHMS,
+            audience=settings.MCPTASKS_JWT_AUDIENCE,
+            issuer=settings.MCPTASKS_JWT_ISSUER,
+            options={"require": ["exp", "iss", "aud"]},
+        )
     except jwt.ExpiredSignatureError:
         raise JwtRejected("the access token has expired") from None
     except jwt.InvalidAudienceError:
@@ -83,8 +91,11 @@ def validate_jwt(token: str) -> tuple[Any, Tenant, list[str]]:
         raise JwtRejected("the access token lacks the user or tenant claim")
     user = get_user_model().objects.filter(username=username, is_active=True).first()
     tenant = Tenant.objects.filter(slug=tenant_slug).first()
-    if user is None or tenant is None or not Membership.objects.filter(
-            user=user, tenant=tenant).exists():
+    if (
+        user is None
+        or tenant is None
+        or not Membership.objects.filter(user=user, tenant=tenant).exists()
+    ):
         raise JwtRejected("the access token's subject is not a member of its tenant")
     raw_scopes = claims.get("scope", claims.get("scp", ""))
     scopes = raw_scopes.split() if isinstance(raw_scopes, str) else list(raw_scopes or [])

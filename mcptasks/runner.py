@@ -73,7 +73,8 @@ class Stop(Suspend):
 class MissingCapability(Exception):
     def __init__(self, capability: str) -> None:
         super().__init__(
-            f"The client that created this task did not declare the '{capability}' capability")
+            f"The client that created this task did not declare the '{capability}' capability"
+        )
         self.capability = capability
 
 
@@ -104,13 +105,17 @@ class TaskContext(ToolContext):
         """Stop if the attempt lost the task; honour cancel intent."""
         if self.broken is not None:
             raise self.broken
-        row = Task.objects.filter(pk=self.task.pk).values(
-            "state", "attempt", "cancel_requested_at").first()
+        row = (
+            Task.objects.filter(pk=self.task.pk)
+            .values("state", "attempt", "cancel_requested_at")
+            .first()
+        )
         if row is None or row["state"] != TaskState.RUNNING or row["attempt"] != self.attempt:
             raise Stop()
         if row["cancel_requested_at"] is not None:
-            lifecycle.task_cancel_now(task_id=self.task.pk, attempt=self.attempt,
-                                      actor=Actor.system("worker"))
+            lifecycle.task_cancel_now(
+                task_id=self.task.pk, attempt=self.attempt, actor=Actor.system("worker")
+            )
             raise Stop()
 
     def _step(self, key: str, kind: str) -> None:
@@ -125,13 +130,17 @@ class TaskContext(ToolContext):
         self.sequence.append(entry)
         if position < len(self.recorded_log):
             if self.recorded_log[position] != entry:
-                raise self._broke(NonDeterministicTool(
-                    f"step {position + 1} was {self.recorded_log[position]!r} when first run "
-                    f"and is {entry!r} now; code between ctx calls must be deterministic"))
+                raise self._broke(
+                    NonDeterministicTool(
+                        f"step {position + 1} was {self.recorded_log[position]!r} when first run "
+                        f"and is {entry!r} now; code between ctx calls must be deterministic"
+                    )
+                )
         else:
             self.recorded_log.append(entry)
-            lifecycle.task_record_step_log(task_id=self.task.pk, attempt=self.attempt,
-                                           step_log=self.recorded_log)
+            lifecycle.task_record_step_log(
+                task_id=self.task.pk, attempt=self.attempt, step_log=self.recorded_log
+            )
 
     def _broke(self, error: ToolDefinitionError) -> ToolDefinitionError:
         self.broken = error
@@ -148,8 +157,9 @@ class TaskContext(ToolContext):
         if step is not None:
             return step.value
         value = make()
-        lifecycle.task_record_step(task_id=self.task.pk, attempt=self.attempt, key=key,
-                                   kind=kind, value=value)
+        lifecycle.task_record_step(
+            task_id=self.task.pk, attempt=self.attempt, key=key, kind=kind, value=value
+        )
         return value
 
     # ------------------------------------------------------------ the API
@@ -168,13 +178,15 @@ class TaskContext(ToolContext):
         return parsed
 
     def uuid(self) -> uuid_module.UUID:
-        return uuid_module.UUID(self._recorded(self._auto_key("uuid"), "uuid",
-                                               lambda: str(uuid_module.uuid4())))
+        return uuid_module.UUID(
+            self._recorded(self._auto_key("uuid"), "uuid", lambda: str(uuid_module.uuid4()))
+        )
 
     def job(self, external_id: str) -> None:
         self._safe_point()
-        lifecycle.task_record_job(task_id=self.task.pk, attempt=self.attempt,
-                                  backend_job_id=str(external_id))
+        lifecycle.task_record_job(
+            task_id=self.task.pk, attempt=self.attempt, backend_job_id=str(external_id)
+        )
 
     def _require(self, capability: str) -> None:
         if capability not in self.capabilities:
@@ -191,21 +203,32 @@ class TaskContext(ToolContext):
             if secret:
                 raise ToolDefinitionError(
                     f"question {key!r} asks for {', '.join(secret)} in a form: form "
-                    "elicitation must never request secrets (PROTOCOL §3.4)")
+                    "elicitation must never request secrets (PROTOCOL §3.4)"
+                )
             if key in self.inputs:
                 continue
             audience = question.audience
             if audience in (Audience.CLIENT, Audience.ANY) and not declares_input_kind(
-                    self.capabilities, ELICIT, question.params()):
+                self.capabilities, ELICIT, question.params()
+            ):
                 if audience == Audience.CLIENT and not self.tool.operator_fallback:
                     raise MissingCapability("elicitation")
                 audience = Audience.OPERATOR
-            timeout = (question.timeout_s or self.tool.max_input_wait_s
-                       or settings.MCPTASKS_MAX_INPUT_WAIT_S)
-            specs.append(InputSpec(
-                key=key, method=ELICIT, params=question.params(), audience=audience,
-                forbid_self_approval=question.forbid_self_approval,
-                deadline_at=timezone.now() + timedelta(seconds=timeout) if timeout else None))
+            timeout = (
+                question.timeout_s
+                or self.tool.max_input_wait_s
+                or settings.MCPTASKS_MAX_INPUT_WAIT_S
+            )
+            specs.append(
+                InputSpec(
+                    key=key,
+                    method=ELICIT,
+                    params=question.params(),
+                    audience=audience,
+                    forbid_self_approval=question.forbid_self_approval,
+                    deadline_at=timezone.now() + timedelta(seconds=timeout) if timeout else None,
+                )
+            )
         if specs:
             self._suspend_for(specs)
         return {key: self._answer_of(key) for key in questions}
@@ -228,11 +251,13 @@ class TaskContext(ToolContext):
             self._suspend_for([InputSpec(key=key, method=method, params=params)])
         return self._answer_of(key).raw
 
-    def sample(self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256,
-               **params: Any) -> dict[str, Any]:
+    def sample(
+        self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256, **params: Any
+    ) -> dict[str, Any]:
         self._require("sampling")
-        return self._single_request(key, SAMPLE, {"messages": messages,
-                                                  "maxTokens": max_tokens, **params})
+        return self._single_request(
+            key, SAMPLE, {"messages": messages, "maxTokens": max_tokens, **params}
+        )
 
     def roots(self, key: str) -> list[dict[str, Any]]:
         self._require("roots")
@@ -247,40 +272,64 @@ class TaskContext(ToolContext):
                 return existing.result  # type: ignore[no-any-return,return-value]
             if existing.state == EffectState.INTENDED and not idempotent:
                 # Started, never confirmed: the outcome is unknown.
-                lifecycle.task_mark_effect_unknown(task_id=self.task.pk, attempt=self.attempt,
-                                                   step=step)
+                lifecycle.task_mark_effect_unknown(
+                    task_id=self.task.pk, attempt=self.attempt, step=step
+                )
                 raise Suspend()
             if existing.state in (EffectState.UNKNOWN, EffectState.FAILED):
                 raise Stop()
-        lifecycle.task_effect_intended(task_id=self.task.pk, attempt=self.attempt, step=step,
-                                       idempotency_key=idempotency_key, idempotent=idempotent)
+        lifecycle.task_effect_intended(
+            task_id=self.task.pk,
+            attempt=self.attempt,
+            step=step,
+            idempotency_key=idempotency_key,
+            idempotent=idempotent,
+        )
         value = fn(idempotency_key)
         stored = json.loads(json.dumps(value, default=str))
-        lifecycle.task_effect_applied(task_id=self.task.pk, attempt=self.attempt, step=step,
-                                      result=stored)
+        lifecycle.task_effect_applied(
+            task_id=self.task.pk, attempt=self.attempt, step=step, result=stored
+        )
         return stored  # type: ignore[no-any-return]
 
     def sleep(self, key: str, seconds: float) -> None:
-        wake_at = parse_datetime(self._recorded(
-            key, "sleep", lambda: (timezone.now() + timedelta(seconds=seconds)).isoformat()))
+        wake_at = parse_datetime(
+            self._recorded(
+                key, "sleep", lambda: (timezone.now() + timedelta(seconds=seconds)).isoformat()
+            )
+        )
         assert wake_at is not None
         if timezone.now() >= wake_at:
             return
         lifecycle.task_sleep(task_id=self.task.pk, attempt=self.attempt, wake_at=wake_at)
         raise Suspend()
 
-    def wait_until(self, key: str, check: Callable[[], bool], *, every: float = 5.0,
-                   timeout_s: float | None = None) -> None:
+    def wait_until(
+        self,
+        key: str,
+        check: Callable[[], bool],
+        *,
+        every: float = 5.0,
+        timeout_s: float | None = None,
+    ) -> None:
         self._step(key, "wait")
         step = self.steps.get(key)
         if step is not None and (step.value or {}).get("done"):
             return
         if check():
-            lifecycle.task_record_step(task_id=self.task.pk, attempt=self.attempt, key=key,
-                                       kind="wait", value={"done": True})
+            lifecycle.task_record_step(
+                task_id=self.task.pk,
+                attempt=self.attempt,
+                key=key,
+                kind="wait",
+                value={"done": True},
+            )
             return
-        lifecycle.task_sleep(task_id=self.task.pk, attempt=self.attempt,
-                             wake_at=timezone.now() + timedelta(seconds=every))
+        lifecycle.task_sleep(
+            task_id=self.task.pk,
+            attempt=self.attempt,
+            wake_at=timezone.now() + timedelta(seconds=every),
+        )
         raise Suspend()
 
 
@@ -290,8 +339,7 @@ class LeaseKeeper:
     def __init__(self, task_id: str, attempt: int) -> None:
         self.task_id, self.attempt = task_id, attempt
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True,
-                                       name=f"lease-{task_id[:8]}")
+        self.thread = threading.Thread(target=self._loop, daemon=True, name=f"lease-{task_id[:8]}")
 
     def _loop(self) -> None:
         interval = max(min(settings.MCPTASKS_LEASE_RENEW_S, settings.MCPTASKS_LEASE_S / 3), 0.5)
@@ -325,8 +373,11 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
     except lifecycle.LifecycleError:
         return None
     if task.lost_attempts >= settings.MCPTASKS_MAX_ATTEMPTS:
-        return _fail(task, f"Task exceeded the limit of {settings.MCPTASKS_MAX_ATTEMPTS} "
-                           "attempts (MCPTASKS_MAX_ATTEMPTS); its worker kept dying")
+        return _fail(
+            task,
+            f"Task exceeded the limit of {settings.MCPTASKS_MAX_ATTEMPTS} "
+            "attempts (MCPTASKS_MAX_ATTEMPTS); its worker kept dying",
+        )
     tool_def = registry.get(task.tool_name)
     if tool_def is None:
         return _fail(task, f"Tool {task.tool_name!r} is no longer available on this server")
@@ -334,8 +385,12 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
     if binding_error:
         return _fail(task, binding_error)
     context = TaskContext(task, tool_def)
-    with LeaseKeeper(task.pk, task.attempt), structlog.contextvars.bound_contextvars(
-            task_id=task.pk, tenant=task.tenant.slug, attempt=task.attempt):
+    with (
+        LeaseKeeper(task.pk, task.attempt),
+        structlog.contextvars.bound_contextvars(
+            task_id=task.pk, tenant=task.tenant.slug, attempt=task.attempt
+        ),
+    ):
         return _execute(task, tool_def, context)
 
 
@@ -349,8 +404,10 @@ def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
     if not changes:
         return None
     if tool_def.on_build_change == "fail":
-        return (f"Task was created under {task.server_build}/{task.policy_revision} and the tool "
-                f"{task.tool_name!r} refuses to resume under a different build or policy")
+        return (
+            f"Task was created under {task.server_build}/{task.policy_revision} and the tool "
+            f"{task.tool_name!r} refuses to resume under a different build or policy"
+        )
     lifecycle.task_note_binding_change(task_id=task.pk, attempt=task.attempt, changes=changes)
     return None
 
@@ -371,12 +428,21 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
         log.info("attempt stopped: %s", exc, extra={"task_id": task.pk})
         return _state_of(task.pk)
     except ToolError as exc:
-        return _complete(task, {"resultType": "complete",
-                                "content": [{"type": "text", "text": str(exc)}],
-                                "isError": True})
+        return _complete(
+            task,
+            {
+                "resultType": "complete",
+                "content": [{"type": "text", "text": str(exc)}],
+                "isError": True,
+            },
+        )
     except MissingCapability as exc:
-        return _fail(task, str(exc), code=MISSING_CAPABILITY,
-                     data={"requiredCapabilities": {exc.capability: {}}})
+        return _fail(
+            task,
+            str(exc),
+            code=MISSING_CAPABILITY,
+            data={"requiredCapabilities": {exc.capability: {}}},
+        )
     except ToolDefinitionError as exc:
         label = "Non-deterministic tool" if isinstance(exc, NonDeterministicTool) else "Tool error"
         return _fail(task, f"{label}: {exc}")
@@ -384,8 +450,7 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
         # The database failed under the attempt (a dropped connection), not the tool: failing
         # the task would turn a blip into a lost result. Abandon the attempt instead; its lease
         # runs out and the reaper requeues the task (counted against MCPTASKS_MAX_ATTEMPTS).
-        log.warning("attempt abandoned: database error", exc_info=True,
-                    extra={"task_id": task.pk})
+        log.warning("attempt abandoned: database error", exc_info=True, extra={"task_id": task.pk})
         return None
     except Exception:
         log.exception("tool raised", extra={"task_id": task.pk, "tool": task.tool_name})
@@ -394,8 +459,9 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
         result = to_call_tool_result(value, tool_def)
     except (TypeError, ValueError, jsonschema.ValidationError) as exc:
         log.warning("tool result rejected: %s", exc, extra={"task_id": task.pk})
-        return _fail(task, f"Tool {task.tool_name!r} returned a result that does not match "
-                           "its outputSchema")
+        return _fail(
+            task, f"Tool {task.tool_name!r} returned a result that does not match its outputSchema"
+        )
     return _complete(task, result)
 
 
@@ -410,11 +476,15 @@ def _complete(task: Task, result: dict[str, Any]) -> str | None:
         return _state_of(task.pk)
 
 
-def _fail(task: Task, message: str, code: int = lifecycle.INTERNAL_ERROR,
-          data: Any = None) -> str | None:
+def _fail(
+    task: Task, message: str, code: int = lifecycle.INTERNAL_ERROR, data: Any = None
+) -> str | None:
     try:
-        return lifecycle.task_fail(task_id=task.pk, attempt=task.attempt,
-                                   actor=Actor.system("worker"),
-                                   error=error_object(message, code=code, data=data)).state
+        return lifecycle.task_fail(
+            task_id=task.pk,
+            attempt=task.attempt,
+            actor=Actor.system("worker"),
+            error=error_object(message, code=code, data=data),
+        ).state
     except lifecycle.LifecycleError:
         return _state_of(task.pk)

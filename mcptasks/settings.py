@@ -216,8 +216,9 @@ if REDIS_URL:
     CHANNEL_REDIS_URL = env_str("CHANNEL_REDIS_URL", f"{_redis_base}/{_redis_db + 1}")
     parse_redis_url("CELERY_BROKER_URL", CELERY_BROKER_URL)
     parse_redis_url("CHANNEL_REDIS_URL", CHANNEL_REDIS_URL)
-    MCPTASKS_LIMITS_REDIS_URL = env_str("MCPTASKS_LIMITS_REDIS_URL",
-                                        f"{_redis_base}/{_redis_db + 2}")
+    MCPTASKS_LIMITS_REDIS_URL = env_str(
+        "MCPTASKS_LIMITS_REDIS_URL", f"{_redis_base}/{_redis_db + 2}"
+    )
     parse_redis_url("MCPTASKS_LIMITS_REDIS_URL", MCPTASKS_LIMITS_REDIS_URL)
     CHANNEL_LAYERS = {
         "default": {
@@ -246,8 +247,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBIL
 CELERY_TASK_DEFAULT_RETRY_DELAY = 2
 MCPTASKS_SWEEP_INTERVAL_S = float(env_str("MCPTASKS_SWEEP_INTERVAL_S", "1.0"))
 CELERY_BEAT_SCHEDULE = {
-    "sweep": {"task": "mcptasks.sweep", "schedule": MCPTASKS_SWEEP_INTERVAL_S,
-              "options": {"expires": 10}},
+    "sweep": {
+        "task": "mcptasks.sweep",
+        "schedule": MCPTASKS_SWEEP_INTERVAL_S,
+        "options": {"expires": 10},
+    },
     "audit-retention": {"task": "mcptasks.purge_audit_due", "schedule": 86_400.0},
 }
 
@@ -327,8 +331,7 @@ LOGGING = {
     "formatters": {"structured": {"()": "mcptasks.logging.formatter", "fmt": LOG_FORMAT}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"},
-                "daphne": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
 }
 
 # ---------------------------------------------------------------- hardening
@@ -363,8 +366,9 @@ SECURE_CSP = {
 # ---------------------------------------------------------------- OAuth resource server
 # The canonical URI of this server (RFC 8707): the audience external access tokens must carry.
 MCPTASKS_PUBLIC_URL = env_str("MCPTASKS_PUBLIC_URL", "http://127.0.0.1:8000").rstrip("/")
-MCPTASKS_AUTHORIZATION_SERVERS = env_list("MCPTASKS_AUTHORIZATION_SERVERS",
-                                          [env_str("MCPTASKS_JWT_ISSUER") or MCPTASKS_PUBLIC_URL])
+MCPTASKS_AUTHORIZATION_SERVERS = env_list(
+    "MCPTASKS_AUTHORIZATION_SERVERS", [env_str("MCPTASKS_JWT_ISSUER") or MCPTASKS_PUBLIC_URL]
+)
 MCPTASKS_JWT_ISSUER = env_str("MCPTASKS_JWT_ISSUER")
 MCPTASKS_JWT_AUDIENCE = env_str("MCPTASKS_JWT_AUDIENCE", f"{MCPTASKS_PUBLIC_URL}/mcp")
 MCPTASKS_JWT_JWKS_URL = env_str("MCPTASKS_JWT_JWKS_URL")

@@ -32,27 +32,39 @@ def _each(ids: list[str], verb: str, **kwargs: object) -> int:
 
 
 def reap_leases() -> int:
-    ids = list(Task.objects.filter(state=TaskState.RUNNING, lease_expires_at__lt=Now())
-               .values_list("pk", flat=True)[:BATCH])
+    ids = list(
+        Task.objects.filter(state=TaskState.RUNNING, lease_expires_at__lt=Now()).values_list(
+            "pk", flat=True
+        )[:BATCH]
+    )
     return _each(ids, "task_requeue")
 
 
 def wake_timers() -> int:
-    ids = list(Task.objects.filter(state=TaskState.SLEEPING, wake_at__lte=timezone.now())
-               .values_list("pk", flat=True)[:BATCH])
+    ids = list(
+        Task.objects.filter(state=TaskState.SLEEPING, wake_at__lte=timezone.now()).values_list(
+            "pk", flat=True
+        )[:BATCH]
+    )
     return _each(ids, "task_wake")
 
 
 def expire_tasks() -> int:
-    ids = list(Task.objects.exclude(state__in=TERMINAL_STATES)
-               .filter(expires_at__lte=timezone.now()).values_list("pk", flat=True)[:BATCH])
+    ids = list(
+        Task.objects.exclude(state__in=TERMINAL_STATES)
+        .filter(expires_at__lte=timezone.now())
+        .values_list("pk", flat=True)[:BATCH]
+    )
     return _each(ids, "task_expire")
 
 
 def purge_tasks() -> int:
     cutoff = timezone.now() - timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
-    ids = list(Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
-               .values_list("pk", flat=True)[:BATCH])
+    ids = list(
+        Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff).values_list(
+            "pk", flat=True
+        )[:BATCH]
+    )
     return sum(1 for task_id in ids if lifecycle.task_purge(task_id=task_id))
 
 
@@ -60,9 +72,9 @@ def timeout_inputs() -> int:
     done = 0
     from mcptasks.tools.registry import registry
 
-    rows = (InputRequest.objects.filter(state=InputState.PENDING,
-                                        deadline_at__lte=timezone.now())
-            .values_list("task_id", "key", "task__tool_name")[:BATCH])
+    rows = InputRequest.objects.filter(
+        state=InputState.PENDING, deadline_at__lte=timezone.now()
+    ).values_list("task_id", "key", "task__tool_name")[:BATCH]
     for task_id, key, tool_name in rows:
         tool_def = registry.get(tool_name)
         answer = tool_def is not None and tool_def.on_input_timeout == "answer"
@@ -82,8 +94,11 @@ def _jobs_waiting() -> int:
 
     try:
         with app.pool.acquire(block=True, timeout=2) as conn:
-            return int(conn.default_channel.queue_declare(
-                queue=app.conf.task_default_queue, passive=True).message_count)
+            return int(
+                conn.default_channel.queue_declare(
+                    queue=app.conf.task_default_queue, passive=True
+                ).message_count
+            )
     except Exception:
         return 0  # the broker is down: redelivering will fail and be retried next sweep
 
@@ -99,8 +114,11 @@ def redeliver_queued(older_than_s: float = 5.0) -> int:
     missing = queued.count() - _jobs_waiting()
     if missing <= 0:
         return 0
-    ids = list(queued.filter(updated_at__lt=cutoff).order_by("updated_at")
-               .values_list("pk", flat=True)[:min(BATCH, missing)])
+    ids = list(
+        queued.filter(updated_at__lt=cutoff)
+        .order_by("updated_at")
+        .values_list("pk", flat=True)[: min(BATCH, missing)]
+    )
     for task_id in ids:
         events.dispatch_job("run_task", {"task_id": task_id})
     return len(ids)

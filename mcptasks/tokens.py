@@ -25,19 +25,31 @@ def _token_data(token: ApiToken) -> dict[str, Any]:
     }
 
 
-def issue_token(*, user: Any, tenant: Tenant, actor: Actor, name: str = "",
-                scopes: list[str] | None = None,
-                expires_at: datetime | None = None) -> tuple[ApiToken, str]:
+def issue_token(
+    *,
+    user: Any,
+    tenant: Tenant,
+    actor: Actor,
+    name: str = "",
+    scopes: list[str] | None = None,
+    expires_at: datetime | None = None,
+) -> tuple[ApiToken, str]:
     """Create a token for ``user`` in ``tenant`` and record ``token.issued``.
 
     Returns the token and its plaintext, which is shown once and never stored. Authorizing the
     issue is the caller's job (access.py).
     """
     with transaction.atomic():
-        token, plaintext = ApiToken.issue(user=user, tenant=tenant, name=name, scopes=scopes,
-                                          expires_at=expires_at)
-        record(action="token.issued", actor=actor, tenant_id=tenant.pk, tenant_slug=tenant.slug,
-               data=_token_data(token))
+        token, plaintext = ApiToken.issue(
+            user=user, tenant=tenant, name=name, scopes=scopes, expires_at=expires_at
+        )
+        record(
+            action="token.issued",
+            actor=actor,
+            tenant_id=tenant.pk,
+            tenant_slug=tenant.slug,
+            data=_token_data(token),
+        )
     return token, plaintext
 
 
@@ -47,9 +59,15 @@ def revoke_token(*, token_id: int, actor: Actor, reason: str = "") -> ApiToken:
     with transaction.atomic():
         now = timezone.now()
         revoked = ApiToken.objects.filter(pk=token_id, revoked_at__isnull=True).update(
-            revoked_at=now)
+            revoked_at=now
+        )
         token = ApiToken.objects.select_related("tenant", "user").get(pk=token_id)
         if revoked:
-            record(action="token.revoked", actor=actor, tenant_id=token.tenant_id,
-                   tenant_slug=token.tenant.slug, data={**_token_data(token), "reason": reason})
+            record(
+                action="token.revoked",
+                actor=actor,
+                tenant_id=token.tenant_id,
+                tenant_slug=token.tenant.slug,
+                data={**_token_data(token), "reason": reason},
+            )
     return token

@@ -30,15 +30,21 @@ def _available(name: str) -> str | None:
     if name == "redis":
         return None if os.environ.get("REDIS_URL") else "REDIS_URL is not set"
     if name == "live":
-        return None if os.environ.get("MCPTASKS_LIVE_TESTS") == "1" else \
-            "MCPTASKS_LIVE_TESTS=1 is not set"
+        return (
+            None
+            if os.environ.get("MCPTASKS_LIVE_TESTS") == "1"
+            else "MCPTASKS_LIVE_TESTS=1 is not set"
+        )
     if name == "browser":
         if os.environ.get("MCPTASKS_BROWSER_TESTS") != "1":
             return "MCPTASKS_BROWSER_TESTS=1 is not set"
         return None if shutil.which("chromium") else "chromium is not installed"
     if name == "conformance":
-        return None if os.environ.get("MCPTASKS_CONFORMANCE_TESTS") == "1" else \
-            "MCPTASKS_CONFORMANCE_TESTS=1 is not set"
+        return (
+            None
+            if os.environ.get("MCPTASKS_CONFORMANCE_TESTS") == "1"
+            else "MCPTASKS_CONFORMANCE_TESTS=1 is not set"
+        )
     return None
 
 
@@ -78,19 +84,29 @@ def make_task(cast: dict[str, dict[str, Any]]) -> Callable[..., Any]:
     from audit.record import Actor
     from mcptasks import lifecycle
 
-    def make(owner: str = "alice", tool_name: str = "echo_task",
-             arguments: dict[str, Any] | None = None, **options: Any) -> Any:
+    def make(
+        owner: str = "alice",
+        tool_name: str = "echo_task",
+        arguments: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Any:
         entry = cast[owner]
         task, _ = lifecycle.task_create(
             spec=lifecycle.NewTask(
-                tenant_id=entry["tenant"].pk, principal_id=entry["user"].pk,
-                tool_name=tool_name, arguments=arguments or {}, policy_revision="test",
+                tenant_id=entry["tenant"].pk,
+                principal_id=entry["user"].pk,
+                tool_name=tool_name,
+                arguments=arguments or {},
+                policy_revision="test",
                 ttl_ms=options.pop("ttl_ms", 60_000),
                 client_capabilities=options.pop(
                     "client_capabilities",
-                    {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}),
-                **options),
-            actor=Actor.for_user(entry["user"], kind="principal"))
+                    {"elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}},
+                ),
+                **options,
+            ),
+            actor=Actor.for_user(entry["user"], kind="principal"),
+        )
         return task
 
     return make

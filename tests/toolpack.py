@@ -22,10 +22,12 @@ def tool_error_task(ctx: ToolContext) -> str:
 @tool(policy="task")
 def ask_twice(ctx: ToolContext) -> dict[str, Any]:
     """Ask two questions at once and return the answers."""
-    answers = ctx.ask_many({
-        "name": ctx_question("Your name?", {"name": {"type": "string"}}),
-        "confirm": ctx_question("Sure?", {"confirm": {"type": "boolean"}}),
-    })
+    answers = ctx.ask_many(
+        {
+            "name": ctx_question("Your name?", {"name": {"type": "string"}}),
+            "confirm": ctx_question("Sure?", {"confirm": {"type": "boolean"}}),
+        }
+    )
     return {key: answer.content for key, answer in answers.items()}
 
 
@@ -70,9 +72,10 @@ def _downstream(name: str) -> Callable[[str], dict[str, Any]]:
 
 
 def _yes_no(message: str, field: str = "ok") -> Question:
-    return Question(message=message, schema={"type": "object",
-                                             "properties": {field: {"type": "boolean"}},
-                                             "required": [field]})
+    return Question(
+        message=message,
+        schema={"type": "object", "properties": {field: {"type": "boolean"}}, "required": [field]},
+    )
 
 
 @tool(policy="auto")
@@ -106,8 +109,11 @@ def three_asks_two_effects(ctx: ToolContext) -> dict[str, Any]:
     ctx.sleep("settle", 60)
     published = ctx.effect("publish", _downstream("publish"))
     ctx.sleep("cool-down", 60)
-    return {"answers": [first.content["ok"], second.content["ok"], third.content["ok"]],
-            "created": created, "published": published}
+    return {
+        "answers": [first.content["ok"], second.content["ok"], third.content["ok"]],
+        "created": created,
+        "published": published,
+    }
 
 
 @tool(policy="task")
@@ -140,16 +146,16 @@ def stable_now(ctx: ToolContext) -> dict[str, Any]:
     REACHED.append(f"{started.isoformat()}|{token}")
     ctx.ask_many({"go": _yes_no("Go?")})
     finished = ctx.now()
-    return {"started": started.isoformat(), "token": str(token),
-            "finished": finished.isoformat()}
+    return {"started": started.isoformat(), "token": str(token), "finished": finished.isoformat()}
 
 
 @tool(policy="task")
 def swallowing_ask(ctx: ToolContext) -> str:
     """A tool that wraps ctx.ask in ``except Exception``: suspension must get through."""
     try:
-        answer = ctx.ask("q", "Proceed?", {"type": "object",
-                                           "properties": {"ok": {"type": "boolean"}}})
+        answer = ctx.ask(
+            "q", "Proceed?", {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+        )
     except Exception:
         REACHED.append("swallowed")
         return "swallowed the suspension"
@@ -189,20 +195,28 @@ def cancel_probe(ctx: ToolContext, call: str) -> str:
 @tool(policy="task", ttl_ms=300_000, poll_interval_ms=500)
 def greet_in_task(ctx: ToolContext) -> dict[str, Any]:
     """Ask for a name before the task exists (MRTR), then greet from the task."""
-    answer = ctx.ask("user_name", "What is your name?",
-                     {"type": "object", "properties": {"name": {"type": "string"}},
-                      "required": ["name"]}, before_task=True)
+    answer = ctx.ask(
+        "user_name",
+        "What is your name?",
+        {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        before_task=True,
+    )
     ctx.report("computing")
-    return {"content": [{"type": "text",
-                         "text": f"Hello, {answer.content['name']}! (computed in task)"}]}
+    return {
+        "content": [
+            {"type": "text", "text": f"Hello, {answer.content['name']}! (computed in task)"}
+        ]
+    }
 
 
 # ---- tools of the live tests (tests/live/): real clients over HTTP
 LIVE = {"ttl_ms": 600_000, "poll_interval_ms": 200}
 SUM_SCHEMA = {"type": "object", "properties": {"sum": {"type": "integer"}}, "required": ["sum"]}
-SLEPT_SCHEMA = {"type": "object", "properties": {"slept": {"type": "number"},
-                                                 "label": {"type": "string"}},
-                "required": ["slept", "label"]}
+SLEPT_SCHEMA = {
+    "type": "object",
+    "properties": {"slept": {"type": "number"}, "label": {"type": "string"}},
+    "required": ["slept", "label"],
+}
 
 
 @tool(policy="sync", output_schema=SUM_SCHEMA)
@@ -222,9 +236,11 @@ def live_sleep(ctx: ToolContext, seconds: float = 0.5, label: str = "") -> dict[
 @tool(policy="task", **LIVE)
 def live_confirm(ctx: ToolContext, filename: str = "file.txt") -> str:
     """Ask for confirmation through the client, then pretend to delete."""
-    answer = ctx.ask("confirm", f"Delete {filename}?",
-                     {"type": "object", "properties": {"confirm": {"type": "boolean"}},
-                      "required": ["confirm"]})
+    answer = ctx.ask(
+        "confirm",
+        f"Delete {filename}?",
+        {"type": "object", "properties": {"confirm": {"type": "boolean"}}, "required": ["confirm"]},
+    )
     if answer.accepted and answer.content.get("confirm"):
         return f"deleted '{filename}'"
     return f"kept '{filename}' ({answer.action})"
@@ -233,15 +249,26 @@ def live_confirm(ctx: ToolContext, filename: str = "file.txt") -> str:
 @tool(policy="task", **LIVE)
 def live_two_questions(ctx: ToolContext) -> str:
     """Ask two questions at once; answer when both are answered."""
-    answers = ctx.ask_many({
-        "name": Question(message="What is your name?",
-                         schema={"type": "object", "properties": {"name": {"type": "string"}},
-                                 "required": ["name"]}),
-        "color": Question(message="Favourite colour?",
-                          schema={"type": "object",
-                                  "properties": {"color": {"type": "string"}},
-                                  "required": ["color"]}),
-    })
+    answers = ctx.ask_many(
+        {
+            "name": Question(
+                message="What is your name?",
+                schema={
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}},
+                    "required": ["name"],
+                },
+            ),
+            "color": Question(
+                message="Favourite colour?",
+                schema={
+                    "type": "object",
+                    "properties": {"color": {"type": "string"}},
+                    "required": ["color"],
+                },
+            ),
+        }
+    )
     return f"{answers['name'].content['name']} likes {answers['color'].content['color']}"
 
 
@@ -256,8 +283,14 @@ def live_tool_error(ctx: ToolContext) -> str:
 # tests/faults/ runs this tool in real Celery worker processes and kills them mid-run. The
 # downstream (tests/faults/downstream.py) counts every call per idempotency key in PostgreSQL.
 @tool(policy="task", ttl_ms=1_800_000)
-def fault_steps(ctx: ToolContext, steps: int = 3, sleep_s: float = 0.2, work_s: float = 0.1,
-                slow_step: int = 0, slow_s: float = 0.0) -> dict[str, Any]:
+def fault_steps(
+    ctx: ToolContext,
+    steps: int = 3,
+    sleep_s: float = 0.2,
+    work_s: float = 0.1,
+    slow_step: int = 0,
+    slow_s: float = 0.0,
+) -> dict[str, Any]:
     """Run ``steps`` idempotent effects against the fake downstream, sleeping durably between.
 
     The token from ``ctx.uuid()`` travels in every effect's payload, so a replay that lost a
@@ -273,11 +306,15 @@ def fault_steps(ctx: ToolContext, steps: int = 3, sleep_s: float = 0.2, work_s: 
         ctx.report(f"step {number} of {steps}")
         payload = {"token": token, "step": number}
         work = slow_s if number == slow_step else work_s
-        outcomes.append(ctx.effect(
-            f"step-{number}",
-            lambda key, payload=payload, work=work: downstream.call(
-                key, payload=payload, work_s=work, attempt=attempt),
-            idempotent=True))
+        outcomes.append(
+            ctx.effect(
+                f"step-{number}",
+                lambda key, payload=payload, work=work: downstream.call(
+                    key, payload=payload, work_s=work, attempt=attempt
+                ),
+                idempotent=True,
+            )
+        )
         if sleep_s and number < steps:
             ctx.sleep(f"pause-{number}", sleep_s)
     return {"token": token, "started": started, "steps": outcomes}
@@ -335,8 +372,9 @@ def mrtr_effect_before_ask(ctx: ToolContext) -> str:
 @tool(policy="sync")
 def mrtr_sample(ctx: ToolContext) -> str:
     """Ask the client's model (sampling through MRTR)."""
-    response = ctx.sample("question", [{"role": "user",
-                                        "content": {"type": "text", "text": "2+2?"}}])
+    response = ctx.sample(
+        "question", [{"role": "user", "content": {"type": "text", "text": "2+2?"}}]
+    )
     return str(response.get("content", {}).get("text", ""))
 
 
@@ -356,29 +394,40 @@ def needs_sampling(ctx: ToolContext) -> str:
 @tool(policy="auto")
 def operator_gate(ctx: ToolContext) -> str:
     """An approval only someone other than the caller may give."""
-    answer = ctx.ask("approve", "Approve?", OK_ONLY, audience="operator",
-                     forbid_self_approval=True)
+    answer = ctx.ask("approve", "Approve?", OK_ONLY, audience="operator", forbid_self_approval=True)
     return f"approved={answer.content.get('ok')}"
 
 
-@tool(policy="sync", input_schema={
-    "type": "object",
-    "properties": {
-        "region": {"type": "string", "x-mcp-header": "Region"},
-        "count": {"type": "integer", "x-mcp-header": "Count"},
-        "dry_run": {"type": "boolean", "x-mcp-header": "Dry-Run"},
-        "note": {"type": "string"},
+@tool(
+    policy="sync",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"},
+            "count": {"type": "integer", "x-mcp-header": "Count"},
+            "dry_run": {"type": "boolean", "x-mcp-header": "Dry-Run"},
+            "note": {"type": "string"},
+        },
+        "additionalProperties": False,
     },
-    "additionalProperties": False,
-})
-def routed(ctx: ToolContext, region: str | None = None, count: int | None = None,
-           dry_run: bool | None = None, note: str = "") -> str:
+)
+def routed(
+    ctx: ToolContext,
+    region: str | None = None,
+    count: int | None = None,
+    dry_run: bool | None = None,
+    note: str = "",
+) -> str:
     """Arguments mirrored into Mcp-Param-* headers (x-mcp-header)."""
     return f"region={region} count={count} dry_run={dry_run} note={note}"
 
 
-STRUCTURED = {"type": "object", "properties": {"total": {"type": "integer"}},
-              "required": ["total"], "additionalProperties": False}
+STRUCTURED = {
+    "type": "object",
+    "properties": {"total": {"type": "integer"}},
+    "required": ["total"],
+    "additionalProperties": False,
+}
 
 
 @tool(policy="sync", output_schema=STRUCTURED)
@@ -409,10 +458,13 @@ def inline_report(ctx: ToolContext) -> str:
     return "reported"
 
 
-@tool(policy="sync", input_schema={
-    "type": "object",
-    "properties": {"spec": {"$ref": "http://127.0.0.1:9/remote-schema.json"}},
-})
+@tool(
+    policy="sync",
+    input_schema={
+        "type": "object",
+        "properties": {"spec": {"$ref": "http://127.0.0.1:9/remote-schema.json"}},
+    },
+)
 def remote_ref(ctx: ToolContext, spec: Any = None) -> str:
     """An inputSchema with a network $ref, which must never be fetched."""
     PROTOCOL_PROBES["remote_ref.runs"] += 1
@@ -438,19 +490,29 @@ def many_questions(ctx: ToolContext, count: int = 10) -> str:
     """Ask `count` questions at once (benchmarks answer them one at a time)."""
     from mcptasks.tools import Question
 
-    answers = ctx.ask_many({
-        f"q{n}": Question(message=f"Question {n}?",
-                          schema={"type": "object", "properties": {"ok": {"type": "boolean"}}})
-        for n in range(count)})
+    answers = ctx.ask_many(
+        {
+            f"q{n}": Question(
+                message=f"Question {n}?",
+                schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            )
+            for n in range(count)
+        }
+    )
     return f"{len(answers)} answered"
 
 
 @tool(policy="sync")
 def secret_question(ctx: ToolContext) -> str:
     """Breaks the form rule (issue 3 tests): asks for a password in a form elicitation."""
-    ctx.ask("login", "Log in to the registry",
-            {"type": "object", "properties": {"username": {"type": "string"},
-                                              "password": {"type": "string"}}})
+    ctx.ask(
+        "login",
+        "Log in to the registry",
+        {
+            "type": "object",
+            "properties": {"username": {"type": "string"}, "password": {"type": "string"}},
+        },
+    )
     return "unreachable"
 
 
@@ -458,14 +520,16 @@ def secret_question(ctx: ToolContext) -> str:
 # tests/effects/ and scripts/effect_crash_loop.py kill a worker at a marked point of
 # effect_crash's first effect (tests/effects/downstream.py: the demo's fake cloud plus marks).
 @tool(policy="task", ttl_ms=1_800_000)
-def effect_crash(ctx: ToolContext, idempotent: bool = True, hold: str = "",
-                 hold_s: float = 60.0) -> dict[str, Any]:
+def effect_crash(
+    ctx: ToolContext, idempotent: bool = True, hold: str = "", hold_s: float = 60.0
+) -> dict[str, Any]:
     """Charge through the fake cloud (holding the first time at ``hold``: "before" or "after"
     the downstream call), then record an idempotent receipt: the step after it."""
     from tests.effects.downstream import cloud
 
-    charge = ctx.effect("charge", lambda key: cloud.charge(key, hold=hold, hold_s=hold_s),
-                        idempotent=idempotent)
+    charge = ctx.effect(
+        "charge", lambda key: cloud.charge(key, hold=hold, hold_s=hold_s), idempotent=idempotent
+    )
     receipt = ctx.effect("receipt", lambda key: cloud.charge(key), idempotent=True)
     return {"charge": charge, "receipt": receipt}
 
@@ -495,6 +559,7 @@ def resume_same_build_only(ctx: ToolContext) -> str:
 @tool(policy="task")
 def asks_for_a_password(ctx: ToolContext) -> str:
     """Misdefined on purpose: a form may never ask for a secret."""
-    answer = ctx.ask("login", "Log in", {"type": "object",
-                                         "properties": {"password": {"type": "string"}}})
+    answer = ctx.ask(
+        "login", "Log in", {"type": "object", "properties": {"password": {"type": "string"}}}
+    )
     return answer.action

@@ -27,7 +27,13 @@ def build_application(django_application: ASGIApp) -> ASGIApp:
 
     from dashboard.consumers import TaskUpdatesConsumer
 
-    websocket = AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter([
-        path("ws/tasks", TaskUpdatesConsumer.as_asgi()),
-    ])))
+    websocket = AllowedHostsOriginValidator(
+        AuthMiddlewareStack(
+            URLRouter(
+                [
+                    path("ws/tasks", TaskUpdatesConsumer.as_asgi()),
+                ]
+            )
+        )
+    )
     return ProtocolTypeRouter({"http": http_router, "websocket": websocket})

@@ -31,5 +31,8 @@ class Call:
     def declares_tasks(self) -> bool:
         """The tasks extension, declared on *this* request (legacy ``tasks`` does not count)."""
         extensions = self.capabilities.get("extensions")
-        return (self.protocol_version == PROTOCOL_VERSION and isinstance(extensions, dict)
-                and TASKS_EXTENSION in extensions)
+        return (
+            self.protocol_version == PROTOCOL_VERSION
+            and isinstance(extensions, dict)
+            and TASKS_EXTENSION in extensions
+        )

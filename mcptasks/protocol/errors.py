@@ -27,8 +27,9 @@ HTTP_STATUS = {
 class McpError(Exception):
     """A JSON-RPC error response. ``http_status`` defaults from the code."""
 
-    def __init__(self, code: int, message: str, data: Any = None,
-                 http_status: int | None = None) -> None:
+    def __init__(
+        self, code: int, message: str, data: Any = None, http_status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -50,5 +51,4 @@ def missing_capability(required: dict[str, Any], what: str = "") -> McpError:
     message = "Missing required client capability"
     if what:
         message += f": {what}"
-    return McpError(MISSING_REQUIRED_CLIENT_CAPABILITY, message,
-                    {"requiredCapabilities": required})
+    return McpError(MISSING_REQUIRED_CLIENT_CAPABILITY, message, {"requiredCapabilities": required})

@@ -17,8 +17,8 @@ INSTRUCTIONS = (
     "mcptasks runs long tools as durable tasks (io.modelcontextprotocol/tasks). Declare the "
     "extension in clientCapabilities to receive task handles; poll tasks/get no faster than "
     "pollIntervalMs, answer inputRequests with tasks/update, stop work with tasks/cancel. "
-    "To retry a tools/call safely, put a unique string under _meta[\"dev.mcptasks/"
-    "idempotencyKey\"]: the same key with the same arguments returns the same task (for 24 h)."
+    'To retry a tools/call safely, put a unique string under _meta["dev.mcptasks/'
+    'idempotencyKey"]: the same key with the same arguments returns the same task (for 24 h).'
 )
 
 

@@ -75,8 +75,9 @@ def values_equal(header_value: str, body_value: Any) -> bool:
     return False
 
 
-def check_method_and_name(headers: dict[str, str], method: str, params: dict[str, Any], *,
-                          strict_task_name: bool) -> bool:
+def check_method_and_name(
+    headers: dict[str, str], method: str, params: dict[str, Any], *, strict_task_name: bool
+) -> bool:
     """Validate Mcp-Method and Mcp-Name against the body.
 
     Returns True when a tolerated ``Mcp-Name`` was missing on ``tasks/*`` (counted as interop).
@@ -109,8 +110,9 @@ def header_params(input_schema: dict[str, Any]) -> dict[str, str]:
     return found
 
 
-def check_param_headers(headers: dict[str, str], input_schema: dict[str, Any],
-                        arguments: dict[str, Any]) -> None:
+def check_param_headers(
+    headers: dict[str, str], input_schema: dict[str, Any], arguments: dict[str, Any]
+) -> None:
     """Every present, non-null ``x-mcp-header`` argument needs a matching Mcp-Param-* header."""
     for argument, header_name in header_params(input_schema).items():
         value = arguments.get(argument)

@@ -51,10 +51,18 @@ from mcptasks.protocol.listen import ListenStream, parse_listen
 log = logging.getLogger(__name__)
 
 LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$", re.IGNORECASE)
-REMOVED_METHODS = frozenset({
-    "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe",
-    "tasks/result", "tasks/list", "notifications/initialized",
-})
+REMOVED_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "tasks/result",
+        "tasks/list",
+        "notifications/initialized",
+    }
+)
 
 
 LISTEN = "subscriptions/listen"
@@ -72,8 +80,9 @@ class ClientGone(Exception):
 class HttpError(Exception):
     """A transport-level refusal with a plain body (not a JSON-RPC error)."""
 
-    def __init__(self, status: int, message: str, extra_headers: list[tuple[bytes, bytes]]
-                 | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, extra_headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.extra_headers = status, message, extra_headers or []
 
@@ -109,19 +118,27 @@ class McpApplication:
         status, body, extra = outcome
         response_headers = [(b"x-request-id", request_id.encode()), *extra]
         if body is None:
-            await send({"type": "http.response.start", "status": status,
-                        "headers": response_headers})
+            await send(
+                {"type": "http.response.start", "status": status, "headers": response_headers}
+            )
             await send({"type": "http.response.body", "body": b""})
             return
         payload = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), *response_headers]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json"), *response_headers],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})
 
-    async def _respond(self, scope: dict[str, Any], receive: Any
-                       ) -> tuple[int, Any, list[tuple[bytes, bytes]]] | ListenStream | None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
+    async def _respond(
+        self, scope: dict[str, Any], receive: Any
+    ) -> tuple[int, Any, list[tuple[bytes, bytes]]] | ListenStream | None:
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
         try:
             self._check_transport(scope, headers)
             body = await self._read_body(receive, headers)
@@ -136,28 +153,39 @@ class McpApplication:
             if message.is_notification:
                 # Accepted (and ignored) only from an authenticated client, like any request.
                 await sync_to_async(self._authenticate, thread_sensitive=False)(
-                    headers.get("authorization"))
+                    headers.get("authorization")
+                )
                 return 202, None, []
             call = self._envelope(message, headers)
             if message.method == LISTEN:
                 principal = await sync_to_async(self._authenticate, thread_sensitive=False)(
-                    headers.get("authorization"))
+                    headers.get("authorization")
+                )
                 self._gate(message.method, message.params, call.capabilities)
                 call.principal = principal
                 return ListenStream(call, parse_listen(call))
             # Authentication, gating and the handler in one hop to a pool thread.
             result = await sync_to_async(self._serve, thread_sensitive=False)(
-                call, headers.get("authorization"))
+                call, headers.get("authorization")
+            )
         except Throttled as exc:
             metrics.THROTTLED.labels(kind=exc.kind).inc()
-            return 429, {"error": "too_many_requests", "error_description": exc.message}, [
-                (b"retry-after", str(exc.retry_after).encode())]
+            return (
+                429,
+                {"error": "too_many_requests", "error_description": exc.message},
+                [(b"retry-after", str(exc.retry_after).encode())],
+            )
         except AuthError as exc:
-            challenge = (f'Bearer realm="mcptasks", error="{exc.error}", '
-                         f'resource_metadata="{resource_metadata_url()}", '
-                         f'error_description="{exc.description}", scope="{exc.scope}"')
-            return exc.status, {"error": exc.error, "error_description": exc.description}, [
-                (b"www-authenticate", challenge.encode())]
+            challenge = (
+                f'Bearer realm="mcptasks", error="{exc.error}", '
+                f'resource_metadata="{resource_metadata_url()}", '
+                f'error_description="{exc.description}", scope="{exc.scope}"'
+            )
+            return (
+                exc.status,
+                {"error": exc.error, "error_description": exc.description},
+                [(b"www-authenticate", challenge.encode())],
+            )
         except McpError as exc:
             rid = request_id if request_id is not None else getattr(exc, "request_id", None)
             return exc.http_status, jsonrpc.error_response(rid, exc), []
@@ -178,22 +206,29 @@ class McpApplication:
         if not _allowed_host(host):
             raise HttpError(403, "Forbidden: Host not allowed")
         if scope["method"] != "POST":
-            raise HttpError(405, "Method Not Allowed: the MCP endpoint accepts POST only",
-                            [(b"allow", b"POST")])
+            raise HttpError(
+                405, "Method Not Allowed: the MCP endpoint accepts POST only", [(b"allow", b"POST")]
+            )
         content_type = headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":
             raise HttpError(415, "Unsupported Media Type: send Content-Type: application/json")
         accept = headers.get("accept")
-        if accept is not None and accept.strip() and not any(
-                kind in accept for kind in ("application/json", "text/event-stream", "*/*",
-                                            "application/*")):
+        if (
+            accept is not None
+            and accept.strip()
+            and not any(
+                kind in accept
+                for kind in ("application/json", "text/event-stream", "*/*", "application/*")
+            )
+        ):
             raise HttpError(406, "Not Acceptable: accept application/json or text/event-stream")
 
     async def _read_body(self, receive: Any, headers: dict[str, str]) -> bytes:
         limit = settings.MCPTASKS_MAX_REQUEST_BYTES
         declared = headers.get("content-length")
-        too_large = HttpError(413, f"Payload Too Large: the limit is {limit} bytes "
-                                   "(MCPTASKS_MAX_REQUEST_BYTES)")
+        too_large = HttpError(
+            413, f"Payload Too Large: the limit is {limit} bytes (MCPTASKS_MAX_REQUEST_BYTES)"
+        )
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
             raise too_large
         chunks: list[bytes] = []
@@ -212,34 +247,53 @@ class McpApplication:
 
     def _envelope(self, message: jsonrpc.Message, headers: dict[str, str]) -> Call:
         if header_rules.check_method_and_name(
-                headers, message.method, message.params,
-                strict_task_name=settings.MCPTASKS_STRICT_MCP_NAME):
+            headers,
+            message.method,
+            message.params,
+            strict_task_name=settings.MCPTASKS_STRICT_MCP_NAME,
+        ):
             metrics.MISSING_MCP_NAME.inc()
         meta = message.params.get("_meta")
         if not isinstance(meta, dict):
-            raise McpError(INVALID_PARAMS, "Invalid params: params._meta is required",
-                           http_status=400)
+            raise McpError(
+                INVALID_PARAMS, "Invalid params: params._meta is required", http_status=400
+            )
         version = meta.get(META_VERSION)
         capabilities = meta.get(META_CAPABILITIES)
         if not isinstance(version, str) or not version:
-            raise McpError(INVALID_PARAMS, f"Invalid params: _meta[{META_VERSION!r}] is required",
-                           http_status=400)
+            raise McpError(
+                INVALID_PARAMS,
+                f"Invalid params: _meta[{META_VERSION!r}] is required",
+                http_status=400,
+            )
         if not isinstance(capabilities, dict):
-            raise McpError(INVALID_PARAMS,
-                           f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
-                           http_status=400)
+            raise McpError(
+                INVALID_PARAMS,
+                f"Invalid params: _meta[{META_CAPABILITIES!r}] must be an object",
+                http_status=400,
+            )
         header_version = headers.get("mcp-protocol-version")
         if header_version is None:
             raise McpError(HEADER_MISMATCH, "Header mismatch: MCP-Protocol-Version is required")
         if header_rules.decode_value("MCP-Protocol-Version", header_version) != version:
-            raise McpError(HEADER_MISMATCH,
-                           "Header mismatch: MCP-Protocol-Version does not match _meta")
+            raise McpError(
+                HEADER_MISMATCH, "Header mismatch: MCP-Protocol-Version does not match _meta"
+            )
         if version not in SUPPORTED_VERSIONS:
-            raise McpError(UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
-                           {"supported": list(SUPPORTED_VERSIONS), "requested": version})
-        return Call(id=message.id, method=message.method, params=message.params,
-                    capabilities=capabilities, protocol_version=version,
-                    principal=None, headers=headers)  # type: ignore[arg-type]
+            raise McpError(
+                UNSUPPORTED_PROTOCOL_VERSION,
+                "Unsupported protocol version",
+                {"supported": list(SUPPORTED_VERSIONS), "requested": version},
+            )
+        return Call(
+            id=message.id,
+            method=message.method,
+            params=message.params,
+            capabilities=capabilities,
+            protocol_version=version,
+            principal=None,  # type: ignore[arg-type]  # set after authentication
+            headers=headers,
+        )
 
     def _authenticate(self, authorization: str | None) -> Principal:
         try:
@@ -251,10 +305,15 @@ class McpApplication:
         handler = METHODS.get(method)
         if method == LISTEN:
             notifications = params.get("notifications")
-            if isinstance(notifications, dict) and notifications.get("taskIds") not in (
-                    None, False) and not _declares_tasks(capabilities):
-                raise missing_capability({"extensions": {TASKS_EXTENSION: {}}},
-                                         "taskIds in subscriptions/listen need the extension")
+            if (
+                isinstance(notifications, dict)
+                and notifications.get("taskIds") not in (None, False)
+                and not _declares_tasks(capabilities)
+            ):
+                raise missing_capability(
+                    {"extensions": {TASKS_EXTENSION: {}}},
+                    "taskIds in subscriptions/listen need the extension",
+                )
             return None
         if handler is None or method in REMOVED_METHODS:
             hint = ""
@@ -262,8 +321,10 @@ class McpApplication:
                 hint = f"; this server speaks protocol {PROTOCOL_VERSION} only (no initialize)"
             raise McpError(METHOD_NOT_FOUND, f"Method not found: {method}{hint}")
         if method in TASK_METHODS and not _declares_tasks(capabilities):
-            raise missing_capability({"extensions": {TASKS_EXTENSION: {}}},
-                                     f"{method} needs the {TASKS_EXTENSION} extension")
+            raise missing_capability(
+                {"extensions": {TASKS_EXTENSION: {}}},
+                f"{method} needs the {TASKS_EXTENSION} extension",
+            )
         return handler
 
     def _serve(self, call: Call, authorization: str | None) -> dict[str, Any]:
@@ -273,7 +334,8 @@ class McpApplication:
             handler = self._gate(call.method, call.params, call.capabilities)
             call.principal = principal
             with structlog.contextvars.bound_contextvars(
-                    tenant=principal.tenant.slug, principal=principal.user.get_username()):
+                tenant=principal.tenant.slug, principal=principal.user.get_username()
+            ):
                 return handler(call)  # type: ignore[no-any-return]
         finally:
             close_old_connections()

@@ -97,11 +97,11 @@ class Hub:
                 # streams read it once more, find it missing and stop waiting for it.
                 version = versions.get(task_id, GONE)
                 for queue in self.queues.get(f"task.{task_id}", ()):
-                    queue.put_nowait({"task_id": task_id, "version": version,
-                                      "catch_up": True})
+                    queue.put_nowait({"task_id": task_id, "version": version, "catch_up": True})
 
-    async def fresh(self, key: tuple[Any, ...], since: float,
-                    read: Callable[[], Awaitable[Any]]) -> Any:
+    async def fresh(
+        self, key: tuple[Any, ...], since: float, read: Callable[[], Awaitable[Any]]
+    ) -> Any:
         """Share a read among callers that need data no older than ``since``: join a read
         that started at or after it, else start one. A burst of new streams costs a few
         reads, not one each."""

@@ -47,14 +47,15 @@ def parse(body: bytes) -> Message:
     except ValueError as exc:
         raise McpError(PARSE_ERROR, f"Parse error: {exc}") from None
     if isinstance(payload, list):
-        raise McpError(INVALID_REQUEST,
-                       "Invalid Request: batches are not supported; send one JSON-RPC message")
+        raise McpError(
+            INVALID_REQUEST, "Invalid Request: batches are not supported; send one JSON-RPC message"
+        )
     if not isinstance(payload, dict):
         raise McpError(INVALID_REQUEST, "Invalid Request: the body must be a JSON-RPC object")
     request_id = payload.get("id", _MISSING)
     readable_id = request_id if _valid_id(request_id) else None
     if payload.get("jsonrpc") != "2.0":
-        raise _invalid("jsonrpc must be \"2.0\"", readable_id)
+        raise _invalid('jsonrpc must be "2.0"', readable_id)
     if "method" not in payload and ("result" in payload or "error" in payload):
         raise _invalid("clients must not send JSON-RPC responses", readable_id)
     method = payload.get("method")
@@ -71,8 +72,9 @@ def parse(body: bytes) -> Message:
 
 
 def _valid_id(value: Any) -> bool:
-    return (isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))) \
-        and value is not _MISSING
+    return (
+        isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    ) and value is not _MISSING
 
 
 def _invalid(reason: str, request_id: Any) -> McpError:

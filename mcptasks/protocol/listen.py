@@ -49,31 +49,39 @@ def parse_listen(call: Call) -> list[str] | None:
 
 def _visible_ids(user: Any, task_ids: list[str]) -> list[str]:
     try:
-        visible = set(access.visible_tasks(user).filter(pk__in=task_ids)
-                      .values_list("pk", flat=True))
+        visible = set(
+            access.visible_tasks(user).filter(pk__in=task_ids).values_list("pk", flat=True)
+        )
         return [t for t in task_ids if t in visible]
     finally:
         close_old_connections()
 
 
-def _snapshot(user: Any, task_ids: list[str], capabilities: dict[str, Any]
-              ) -> dict[str, tuple[int, bool, dict[str, Any]]]:
+def _snapshot(
+    user: Any, task_ids: list[str], capabilities: dict[str, Any]
+) -> dict[str, tuple[int, bool, dict[str, Any]]]:
     """``{task id: (version, terminal, DetailedTask)}`` read through the viewer's access, with
     the input requests the listen request's capabilities can take — what its tasks/get shows."""
     try:
         found: dict[str, tuple[int, bool, dict[str, Any]]] = {}
         for task in Task.objects.select_related("tenant").filter(pk__in=task_ids):
             if access.can(user, access.Action.VIEW, task):
-                found[task.pk] = (task.version, task.state in TERMINAL_STATES,
-                                  detailed_for(user, task, capabilities))
+                found[task.pk] = (
+                    task.version,
+                    task.state in TERMINAL_STATES,
+                    detailed_for(user, task, capabilities),
+                )
         return found
     finally:
         close_old_connections()
 
 
 def sse(message: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(message, separators=(",", ":"),
-                                  ensure_ascii=False).encode() + b"\n\n"
+    return (
+        b"data: "
+        + json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+        + b"\n\n"
+    )
 
 
 class ListenStream:
@@ -96,15 +104,35 @@ class ListenStream:
         if self.requested is not None:
             requested = self.requested
             acked = await hub().fresh(
-                ("visible", user.pk, tuple(requested)), opened,
-                lambda: sync_to_async(_visible_ids, thread_sensitive=False)(user, requested))
-        await send({"type": "http.response.start", "status": 200, "headers": [
-            (b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"),
-            (b"x-accel-buffering", b"no")]})
+                ("visible", user.pk, tuple(requested)),
+                opened,
+                lambda: sync_to_async(_visible_ids, thread_sensitive=False)(user, requested),
+            )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream"),
+                    (b"cache-control", b"no-cache"),
+                    (b"x-accel-buffering", b"no"),
+                ],
+            }
+        )
         agreed: dict[str, Any] = {} if acked is None else {"taskIds": acked}
-        await send({"type": "http.response.body", "more_body": True, "body": sse({
-            "jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
-            "params": {"_meta": self._meta(), "notifications": agreed}})})
+        await send(
+            {
+                "type": "http.response.body",
+                "more_body": True,
+                "body": sse(
+                    {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/subscriptions/acknowledged",
+                        "params": {"_meta": self._meta(), "notifications": agreed},
+                    }
+                ),
+            }
+        )
         local = hub()
         queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         groups = [f"task.{task_id}" for task_id in acked or []]
@@ -133,18 +161,28 @@ class ListenStream:
                 disconnected.set()
                 return
 
-    async def _deliver(self, send: Any, user: Any, task_ids: list[str],
-                       notified_version: int | None = None, since: float | None = None) -> None:
+    async def _deliver(
+        self,
+        send: Any,
+        user: Any,
+        task_ids: list[str],
+        notified_version: int | None = None,
+        since: float | None = None,
+    ) -> None:
         read = sync_to_async(_snapshot, thread_sensitive=False)
         capabilities = self.call.capabilities
         viewer = (user.pk, json.dumps(capabilities, sort_keys=True, default=str))
         if notified_version is not None and len(task_ids) == 1:
             # Every stream of this viewer notified of this version shares one read.
-            snapshot = await hub().shared((*viewer, task_ids[0], notified_version),
-                                          lambda: read(user, task_ids, capabilities))
+            snapshot = await hub().shared(
+                (*viewer, task_ids[0], notified_version), lambda: read(user, task_ids, capabilities)
+            )
         elif since is not None:
-            snapshot = await hub().fresh(("snapshot", *viewer, tuple(task_ids)), since,
-                                         lambda: read(user, task_ids, capabilities))
+            snapshot = await hub().fresh(
+                ("snapshot", *viewer, tuple(task_ids)),
+                since,
+                lambda: read(user, task_ids, capabilities),
+            )
         else:
             snapshot = await read(user, task_ids, capabilities)
         for task_id in task_ids:
@@ -155,14 +193,30 @@ class ListenStream:
             if self.sent_versions.get(task_id, 0) >= version:
                 continue
             self.sent_versions[task_id] = version
-            await send({"type": "http.response.body", "more_body": True, "body": sse({
-                "jsonrpc": "2.0", "method": "notifications/tasks",
-                "params": {**detailed, "_meta": self._meta()}})})
+            await send(
+                {
+                    "type": "http.response.body",
+                    "more_body": True,
+                    "body": sse(
+                        {
+                            "jsonrpc": "2.0",
+                            "method": "notifications/tasks",
+                            "params": {**detailed, "_meta": self._meta()},
+                        }
+                    ),
+                }
+            )
             if terminal:
                 self.done.add(task_id)
 
-    async def _loop(self, send: Any, user: Any, task_ids: list[str],
-                    queue: asyncio.Queue[dict[str, Any]], disconnected: asyncio.Event) -> None:
+    async def _loop(
+        self,
+        send: Any,
+        user: Any,
+        task_ids: list[str],
+        queue: asyncio.Queue[dict[str, Any]],
+        disconnected: asyncio.Event,
+    ) -> None:
         """Deliver current state, then every newer version the hub reports (broadcasts and
         its periodic catch-up), until every task is terminal and delivered."""
         await self._deliver(send, user, task_ids, since=time.monotonic())
@@ -173,14 +227,26 @@ class ListenStream:
         try:
             while not disconnected.is_set():
                 if task_ids and self.done >= set(task_ids):
-                    await send({"type": "http.response.body", "more_body": False, "body": sse({
-                        "jsonrpc": "2.0", "id": self.call.id,
-                        "result": {"resultType": "complete", "_meta": self._meta()}})})
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "more_body": False,
+                            "body": sse(
+                                {
+                                    "jsonrpc": "2.0",
+                                    "id": self.call.id,
+                                    "result": {"resultType": "complete", "_meta": self._meta()},
+                                }
+                            ),
+                        }
+                    )
                     return
                 receiving = asyncio.ensure_future(queue.get())
                 finished, _ = await asyncio.wait(
-                    {receiving, stop}, timeout=max(keepalive_s - (loop.time() - last_write), 0.01),
-                    return_when=asyncio.FIRST_COMPLETED)
+                    {receiving, stop},
+                    timeout=max(keepalive_s - (loop.time() - last_write), 0.01),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
                 if receiving in finished:
                     message = receiving.result()
                     task_id, version = message.get("task_id"), message.get("version", 0)
@@ -190,8 +256,13 @@ class ListenStream:
                     continue
                 receiving.cancel()
                 if loop.time() - last_write >= keepalive_s:
-                    await send({"type": "http.response.body", "more_body": True,
-                                "body": b": keep-alive\n\n"})
+                    await send(
+                        {
+                            "type": "http.response.body",
+                            "more_body": True,
+                            "body": b": keep-alive\n\n",
+                        }
+                    )
                     last_write = loop.time()
         finally:
             stop.cancel()

@@ -37,14 +37,23 @@ class RequestState:
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def seal(self) -> str:
-        payload = {"v": 1, "p": self.principal_id, "tn": self.tenant_id, "t": self.tool,
-                   "d": self.argument_digest, "n": self.nonce, "e": self.expires_at,
-                   "q": self.asked, "a": self.answers}
+        payload = {
+            "v": 1,
+            "p": self.principal_id,
+            "tn": self.tenant_id,
+            "t": self.tool,
+            "d": self.argument_digest,
+            "n": self.nonce,
+            "e": self.expires_at,
+            "q": self.asked,
+            "a": self.answers,
+        }
         return _fernet().encrypt(json.dumps(payload, separators=(",", ":")).encode()).decode()
 
     @classmethod
-    def open(cls, token: Any, *, principal_id: int, tenant_id: int, tool: str,
-             argument_digest: str) -> RequestState:
+    def open(
+        cls, token: Any, *, principal_id: int, tenant_id: int, tool: str, argument_digest: str
+    ) -> RequestState:
         """Verify and decrypt; raise -32602 naming what is wrong. Nothing runs on failure."""
         if not isinstance(token, str) or not token or len(token) > 1_000_000:
             raise invalid_params("requestState must be the string this server returned")
@@ -55,15 +64,22 @@ class RequestState:
                 raise InvalidToken
             payload = json.loads(_fernet().decrypt(token.encode()))
         except (InvalidToken, ValueError):
-            raise invalid_params("requestState failed verification (tampered or not ours)") \
-                from None
+            raise invalid_params(
+                "requestState failed verification (tampered or not ours)"
+            ) from None
         if payload.get("p") != principal_id or payload.get("tn") != tenant_id:
             raise invalid_params("requestState belongs to another principal")
         if payload.get("t") != tool or payload.get("d") != argument_digest:
             raise invalid_params("requestState was issued for a different tool or arguments")
         if payload.get("e", 0) < time.time():
             raise invalid_params("requestState has expired; call the tool again without it")
-        return cls(principal_id=principal_id, tenant_id=tenant_id, tool=tool,
-                   argument_digest=argument_digest, nonce=payload["n"],
-                   expires_at=time.time() + STATE_TTL_S, asked=payload.get("q") or {},
-                   answers=payload.get("a") or {})
+        return cls(
+            principal_id=principal_id,
+            tenant_id=tenant_id,
+            tool=tool,
+            argument_digest=argument_digest,
+            nonce=payload["n"],
+            expires_at=time.time() + STATE_TTL_S,
+            asked=payload.get("q") or {},
+            answers=payload.get("a") or {},
+        )

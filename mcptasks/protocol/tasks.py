@@ -30,25 +30,33 @@ def _visible_task(call: Call) -> Task:
     return task
 
 
-def detailed_for(user: Any, task: Task, capabilities: dict[str, Any] | None = None
-                 ) -> dict[str, Any]:
+def detailed_for(
+    user: Any, task: Task, capabilities: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The DetailedTask ``user`` sees; with ``capabilities`` (those of the request that asks),
     only the input requests that request declared it can take are surfaced (§8 item 4)."""
-    requests = (access.answerable_requests(user, task, channel="mcp")
-                if task.state == TaskState.AWAITING_INPUT else [])
+    requests = (
+        access.answerable_requests(user, task, channel="mcp")
+        if task.state == TaskState.AWAITING_INPUT
+        else []
+    )
     if capabilities is not None:
-        requests = [r for r in requests
-                    if declares_input_kind(capabilities, r.method, r.params or {})]
+        requests = [
+            r for r in requests if declares_input_kind(capabilities, r.method, r.params or {})
+        ]
     return wire.detailed_task(task, requests)
 
 
 @metrics.TASKS_GET_SECONDS.time()
 def handle_tasks_get(call: Call) -> dict[str, Any]:
     task = _visible_task(call)
-    limits.check_poll(principal_id=call.principal.user.pk, task_id=task.pk,
-                      poll_interval_ms=task.poll_interval_ms, version=task.version)
-    return {"resultType": "complete",
-            **detailed_for(call.principal.user, task, call.capabilities)}
+    limits.check_poll(
+        principal_id=call.principal.user.pk,
+        task_id=task.pk,
+        poll_interval_ms=task.poll_interval_ms,
+        version=task.version,
+    )
+    return {"resultType": "complete", **detailed_for(call.principal.user, task, call.capabilities)}
 
 
 def handle_tasks_update(call: Call) -> dict[str, Any]:
@@ -70,8 +78,9 @@ def handle_tasks_update(call: Call) -> dict[str, Any]:
     actor = Actor.for_user(user, kind="principal")
     for key, response in accepted.items():
         try:
-            lifecycle.task_answer_input(task_id=task.pk, key=key, response=response,
-                                        actor=actor, via="mcp")
+            lifecycle.task_answer_input(
+                task_id=task.pk, key=key, response=response, actor=actor, via="mcp"
+            )
         except lifecycle.LifecycleError:
             pass  # answered concurrently, or the task moved on: nothing outstanding
     return dict(ACK)
@@ -84,8 +93,9 @@ def handle_tasks_cancel(call: Call) -> dict[str, Any]:
     if not decision:
         raise invalid_params(f"Cannot cancel task: {decision.reason}")
     try:
-        lifecycle.task_request_cancel(task_id=task.pk, actor=Actor.for_user(user, "principal"),
-                                      reason="tasks/cancel")
+        lifecycle.task_request_cancel(
+            task_id=task.pk, actor=Actor.for_user(user, "principal"), reason="tasks/cancel"
+        )
     except lifecycle.TaskNotFound:
         raise invalid_params("Failed to retrieve task: Task not found") from None
     return dict(ACK)

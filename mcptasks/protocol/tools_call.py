@@ -50,8 +50,11 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise invalid_params("params.arguments must be an object")
     check_param_headers(call.headers, tool_def.input_schema, arguments)
-    missing = {cap: spec for cap, spec in tool_def.required_capabilities.items()
-               if cap not in call.capabilities}
+    missing = {
+        cap: spec
+        for cap, spec in tool_def.required_capabilities.items()
+        if cap not in call.capabilities
+    }
     if missing:
         raise missing_capability(missing, ", ".join(sorted(missing)))
     as_task = tool_def.policy == "task" or (tool_def.policy == "auto" and call.declares_tasks)
@@ -60,23 +63,34 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     try:
         digest(arguments)  # what requestState and the task bind; refuse what it cannot carry
     except (CanonicalizationError, RecursionError):
-        raise invalid_params("params.arguments must be interoperable JSON: integers within "
-                             "±(2^53-1) and nesting a few hundred levels deep at most") from None
+        raise invalid_params(
+            "params.arguments must be interoperable JSON: integers within "
+            "±(2^53-1) and nesting a few hundred levels deep at most"
+        ) from None
     try:
-        errors = sorted(offline_validator(tool_def.input_schema).iter_errors(arguments),
-                        key=lambda e: list(e.path))
+        errors = sorted(
+            offline_validator(tool_def.input_schema).iter_errors(arguments),
+            key=lambda e: list(e.path),
+        )
     except Unresolvable:
         log.error("tool %s has an inputSchema with a $ref that cannot be resolved offline", name)
-        raise McpError(INTERNAL_ERROR, f"Tool {name!r} is misdefined: its inputSchema has a "
-                       "$ref this server does not resolve (network $refs are never fetched)") \
-            from None
+        raise McpError(
+            INTERNAL_ERROR,
+            f"Tool {name!r} is misdefined: its inputSchema has a "
+            "$ref this server does not resolve (network $refs are never fetched)",
+        ) from None
     if errors:
         where = "/".join(str(p) for p in errors[0].path) or "arguments"
         return tool_error_result(f"Invalid arguments for {name}: {where}: {errors[0].message}")
     state, offered = _open_state(call, tool_def, arguments)
-    context = InlineContext(tool_name=name, arguments=arguments,
-                            capabilities=call.capabilities, answers=state.answers,
-                            pre_task=as_task, offered=offered)
+    context = InlineContext(
+        tool_name=name,
+        arguments=arguments,
+        capabilities=call.capabilities,
+        answers=state.answers,
+        pre_task=as_task,
+        offered=offered,
+    )
     try:
         try:
             value = tool_def.fn(context, **arguments)
@@ -85,19 +99,24 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     except StartTask:
         return _create_task(call, tool_def, arguments, state)
     except InputRequired as pending:
-        return {"resultType": "input_required", "inputRequests": pending.requests,
-                "requestState": state.seal()}
+        return {
+            "resultType": "input_required",
+            "inputRequests": pending.requests,
+            "requestState": state.seal(),
+        }
     except InvalidInputResponse as exc:
         raise invalid_params(str(exc), {"key": exc.key}) from None
     except TaskRequired as exc:
         if tool_def.policy == "auto":
             raise missing_capability(
-                TASKS_REQUIRED, f"question {exc.key!r} of tool {name!r} needs a task") from None
-        log.error("tool %s asks question %r inline that its caller may not answer",
-                  name, exc.key)
-        raise McpError(INTERNAL_ERROR, f"Tool {name!r} is misdefined: question {exc.key!r} "
-                       "must be answered by someone other than the caller, which needs a task") \
-            from None
+                TASKS_REQUIRED, f"question {exc.key!r} of tool {name!r} needs a task"
+            ) from None
+        log.error("tool %s asks question %r inline that its caller may not answer", name, exc.key)
+        raise McpError(
+            INTERNAL_ERROR,
+            f"Tool {name!r} is misdefined: question {exc.key!r} "
+            "must be answered by someone other than the caller, which needs a task",
+        ) from None
     except Suspend:
         raise McpError(INTERNAL_ERROR, "Tool suspended unexpectedly") from None
     except MissingClientCapability as exc:
@@ -120,18 +139,22 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
         return to_call_tool_result(value, tool_def)
     except (TypeError, ValueError, jsonschema.ValidationError):
         log.exception("tool %s returned an unusable result", name)
-        raise McpError(INTERNAL_ERROR,
-                       f"Tool {name!r} returned a result that does not match its outputSchema") \
-            from None
+        raise McpError(
+            INTERNAL_ERROR, f"Tool {name!r} returned a result that does not match its outputSchema"
+        ) from None
 
 
 def tool_error_result(message: str) -> dict[str, Any]:
-    return {"resultType": "complete", "content": [{"type": "text", "text": message}],
-            "isError": True}
+    return {
+        "resultType": "complete",
+        "content": [{"type": "text", "text": message}],
+        "isError": True,
+    }
 
 
-def _open_state(call: Call, tool_def: ToolDef, arguments: dict[str, Any]
-                ) -> tuple[RequestState, dict[str, Any]]:
+def _open_state(
+    call: Call, tool_def: ToolDef, arguments: dict[str, Any]
+) -> tuple[RequestState, dict[str, Any]]:
     """The MRTR state of this round (verified ``requestState``, or a fresh one) and this round's
     ``inputResponses``, which the tool's questions validate as they are asked (PROTOCOL §3.3:
     keys it does not ask are ignored; an answer that does not fit its request is -32602)."""
@@ -142,50 +165,73 @@ def _open_state(call: Call, tool_def: ToolDef, arguments: dict[str, Any]
     if responses is not None and not isinstance(responses, dict):
         raise invalid_params("params.inputResponses must be an object")
     if raw_state is None:
-        state = RequestState(principal_id=principal.user.pk, tenant_id=principal.tenant.pk,
-                             tool=tool_def.name, argument_digest=argument_digest)
+        state = RequestState(
+            principal_id=principal.user.pk,
+            tenant_id=principal.tenant.pk,
+            tool=tool_def.name,
+            argument_digest=argument_digest,
+        )
     else:
-        state = RequestState.open(raw_state, principal_id=principal.user.pk,
-                                  tenant_id=principal.tenant.pk, tool=tool_def.name,
-                                  argument_digest=argument_digest)
+        state = RequestState.open(
+            raw_state,
+            principal_id=principal.user.pk,
+            tenant_id=principal.tenant.pk,
+            tool=tool_def.name,
+            argument_digest=argument_digest,
+        )
     return state, responses or {}
 
 
 @metrics.TASK_CREATE_SECONDS.time()
-def _create_task(call: Call, tool_def: ToolDef, arguments: dict[str, Any],
-                 state: RequestState) -> dict[str, Any]:
+def _create_task(
+    call: Call, tool_def: ToolDef, arguments: dict[str, Any], state: RequestState
+) -> dict[str, Any]:
     principal = call.principal
-    answered = [lifecycle.AnsweredInput(key=key, method=state.asked[key]["method"],
-                                        params=state.asked[key]["params"], response=response)
-                for key, response in state.answers.items() if key in state.asked]
+    answered = [
+        lifecycle.AnsweredInput(
+            key=key,
+            method=state.asked[key]["method"],
+            params=state.asked[key]["params"],
+            response=response,
+        )
+        for key, response in state.answers.items()
+        if key in state.asked
+    ]
     idempotency_key = call.params["_meta"].get(IDEMPOTENCY_META)
     if idempotency_key is not None and (
-            not isinstance(idempotency_key, str) or not 1 <= len(idempotency_key) <= 128
-            or not idempotency_key.isprintable()):
-        raise invalid_params(f"_meta[{IDEMPOTENCY_META!r}] must be a string of 1 to 128 "
-                             "printable characters")
+        not isinstance(idempotency_key, str)
+        or not 1 <= len(idempotency_key) <= 128
+        or not idempotency_key.isprintable()
+    ):
+        raise invalid_params(
+            f"_meta[{IDEMPOTENCY_META!r}] must be a string of 1 to 128 printable characters"
+        )
     if idempotency_key:
         creation_key: str | None = f"idem:{idempotency_key}"
     else:
         creation_key = f"mrtr:{state.nonce}" if answered else None
     try:
-        task, _ = lifecycle.task_create(spec=lifecycle.NewTask(
-            tenant_id=principal.tenant.pk,
-            principal_id=principal.user.pk,
-            token_id=principal.token_id,
-            tool_name=tool_def.name,
-            arguments=arguments,
-            policy_revision=tool_def.policy_revision,
-            ttl_ms=tool_def.effective_ttl_ms(),
-            poll_interval_ms=tool_def.effective_poll_interval_ms(),
-            client_capabilities=call.capabilities,
-            creation_key=creation_key,
-            sensitive_keys=tool_def.sensitive,
-            answered_inputs=answered,
-        ), actor=Actor.for_user(principal.user, kind="principal"))
+        task, _ = lifecycle.task_create(
+            spec=lifecycle.NewTask(
+                tenant_id=principal.tenant.pk,
+                principal_id=principal.user.pk,
+                token_id=principal.token_id,
+                tool_name=tool_def.name,
+                arguments=arguments,
+                policy_revision=tool_def.policy_revision,
+                ttl_ms=tool_def.effective_ttl_ms(),
+                poll_interval_ms=tool_def.effective_poll_interval_ms(),
+                client_capabilities=call.capabilities,
+                creation_key=creation_key,
+                sensitive_keys=tool_def.sensitive,
+                answered_inputs=answered,
+            ),
+            actor=Actor.for_user(principal.user, kind="principal"),
+        )
     except lifecycle.CreationKeyConflict as exc:
-        raise invalid_params(f"Idempotency key conflict: {exc}",
-                             {"idempotencyKey": idempotency_key}) from None
+        raise invalid_params(
+            f"Idempotency key conflict: {exc}", {"idempotencyKey": idempotency_key}
+        ) from None
     except lifecycle.LimitExceeded as exc:
         return tool_error_result(str(exc))
     return {"resultType": "task", **wire.task_fields(task)}

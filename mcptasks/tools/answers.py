@@ -51,8 +51,9 @@ def validate_response(method: str, params: dict[str, Any], response: Any) -> dic
             raise InvalidAnswer("content must be an object")
         schema = params.get("requestedSchema") or {"type": "object"}
         try:
-            errors = sorted(offline_validator(schema).iter_errors(content),
-                            key=lambda e: list(e.path))
+            errors = sorted(
+                offline_validator(schema).iter_errors(content), key=lambda e: list(e.path)
+            )
         except Unresolvable as exc:
             raise InvalidAnswer(f"the request's schema cannot be checked: {exc}") from None
         if errors:
@@ -66,7 +67,8 @@ def validate_response(method: str, params: dict[str, Any], response: Any) -> dic
     if method == ROOTS:
         roots = response.get("roots")
         if not isinstance(roots, list) or not all(
-                isinstance(r, dict) and isinstance(r.get("uri"), str) for r in roots):
+            isinstance(r, dict) and isinstance(r.get("uri"), str) for r in roots
+        ):
             raise InvalidAnswer("a roots response needs roots: [{uri, name?}]")
         return response
     raise InvalidAnswer(f"unknown input request method {method!r}")

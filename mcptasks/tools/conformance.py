@@ -48,10 +48,15 @@ def protocol_error_job(ctx: ToolContext) -> str:
 @tool(policy="auto", **FIXTURE)
 def confirm_delete(ctx: ToolContext, filename: str = "file.txt") -> str:
     """Ask for confirmation, then delete (pretend)."""
-    answer = ctx.ask("confirm", f"Delete {filename}?",
-                     {"type": "object",
-                      "properties": {"confirm": {"type": "boolean", "title": "Confirm"}},
-                      "required": ["confirm"]})
+    answer = ctx.ask(
+        "confirm",
+        f"Delete {filename}?",
+        {
+            "type": "object",
+            "properties": {"confirm": {"type": "boolean", "title": "Confirm"}},
+            "required": ["confirm"],
+        },
+    )
     if answer.accepted and answer.content.get("confirm"):
         return f"deleted '{filename}'"
     return f"kept '{filename}'"
@@ -60,14 +65,18 @@ def confirm_delete(ctx: ToolContext, filename: str = "file.txt") -> str:
 @tool(policy="task", **FIXTURE)
 def multi_input(ctx: ToolContext) -> str:
     """Ask two questions at once; finish when both are answered."""
-    answers = ctx.ask_many({
-        "name": Question(message="What is your name?",
-                         schema={"type": "object",
-                                 "properties": {"name": {"type": "string"}}}),
-        "confirm": Question(message="Proceed?",
-                            schema={"type": "object",
-                                    "properties": {"confirm": {"type": "boolean"}}}),
-    })
+    answers = ctx.ask_many(
+        {
+            "name": Question(
+                message="What is your name?",
+                schema={"type": "object", "properties": {"name": {"type": "string"}}},
+            ),
+            "confirm": Question(
+                message="Proceed?",
+                schema={"type": "object", "properties": {"confirm": {"type": "boolean"}}},
+            ),
+        }
+    )
     name = answers["name"].content.get("name", "")
     return f"Hello, {name}! confirmed={answers['confirm'].content.get('confirm')}"
 
@@ -75,9 +84,12 @@ def multi_input(ctx: ToolContext) -> str:
 @tool(policy="task", **FIXTURE)
 def test_tool_with_task(ctx: ToolContext) -> dict[str, Any]:
     """Ask for a name before the task exists (MRTR), then compute in a task."""
-    answer = ctx.ask("user_name", "What is your name?",
-                     {"type": "object", "properties": {"name": {"type": "string"}},
-                      "required": ["name"]}, before_task=True)
+    answer = ctx.ask(
+        "user_name",
+        "What is your name?",
+        {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]},
+        before_task=True,
+    )
     ctx.sleep("compute", 0.2)
     name = answer.content.get("name", "stranger")
     return {"content": [{"type": "text", "text": f"Hello, {name}! (computed in task)"}]}

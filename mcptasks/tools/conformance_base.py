@@ -13,8 +13,7 @@ from typing import Any
 from mcptasks.tools import ToolContext, tool
 from mcptasks.tools.inline import ask_together
 
-NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}},
-               "required": ["name"]}
+NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
 
 
 def _sample_text(response: dict[str, Any]) -> str:
@@ -39,9 +38,11 @@ def test_missing_capability(ctx: ToolContext) -> str:
 @tool(policy="sync")
 def test_streaming_elicitation(ctx: ToolContext) -> str:
     """Ask for confirmation through MRTR (never a server-to-client request on the stream)."""
-    answer = ctx.ask("confirm", "Continue?",
-                     {"type": "object", "properties": {"ok": {"type": "boolean"}},
-                      "required": ["ok"]})
+    answer = ctx.ask(
+        "confirm",
+        "Continue?",
+        {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+    )
     return f"confirmation: {answer.action}"
 
 
@@ -65,8 +66,9 @@ def test_input_required_result_elicitation(ctx: ToolContext) -> str:
 @tool(policy="sync")
 def test_input_required_result_sampling(ctx: ToolContext) -> str:
     """Ask the client's model for the capital of France (one sampling request)."""
-    response = ctx.sample("capital_question", _user_message("What is the capital of France?"),
-                          max_tokens=100)
+    response = ctx.sample(
+        "capital_question", _user_message("What is the capital of France?"), max_tokens=100
+    )
     return f"The model answered: {_sample_text(response)}"
 
 
@@ -81,9 +83,11 @@ def test_input_required_result_list_roots(ctx: ToolContext) -> str:
 @tool(policy="sync")
 def test_input_required_result_request_state(ctx: ToolContext) -> str:
     """Ask for confirmation; the answer comes back through the sealed requestState."""
-    answer = ctx.ask("confirm", "Please confirm",
-                     {"type": "object", "properties": {"ok": {"type": "boolean"}},
-                      "required": ["ok"]})
+    answer = ctx.ask(
+        "confirm",
+        "Please confirm",
+        {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+    )
     return f"state-ok: confirmed={answer.content.get('ok', False)} ({answer.action})"
 
 
@@ -96,26 +100,32 @@ def test_input_required_result_multiple_inputs(ctx: ToolContext) -> str:
         lambda: ctx.sample("greeting", _user_message("Generate a greeting"), max_tokens=50),
         lambda: ctx.roots("client_roots"),
     )
-    return (f"{_sample_text(greeting)} {name.content.get('name', '')} "
-            f"(roots: {', '.join(root['uri'] for root in roots) or 'none'})")
+    return (
+        f"{_sample_text(greeting)} {name.content.get('name', '')} "
+        f"(roots: {', '.join(root['uri'] for root in roots) or 'none'})"
+    )
 
 
 @tool(policy="sync")
 def test_input_required_result_multi_round(ctx: ToolContext) -> str:
     """Ask two questions in two rounds: the second is asked only once the first is answered."""
     name = ctx.ask("step1", "Step 1: What is your name?", NAME_SCHEMA)
-    color = ctx.ask("step2", "Step 2: What is your favorite color?",
-                    {"type": "object", "properties": {"color": {"type": "string"}},
-                     "required": ["color"]})
+    color = ctx.ask(
+        "step2",
+        "Step 2: What is your favorite color?",
+        {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]},
+    )
     return f"{name.content.get('name')} likes {color.content.get('color')}"
 
 
 @tool(policy="sync")
 def test_input_required_result_tampered_state(ctx: ToolContext) -> str:
     """Ask for confirmation; a retry whose requestState was altered is refused (-32602)."""
-    answer = ctx.ask("confirm", "Please confirm",
-                     {"type": "object", "properties": {"ok": {"type": "boolean"}},
-                      "required": ["ok"]})
+    answer = ctx.ask(
+        "confirm",
+        "Please confirm",
+        {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+    )
     return f"confirmed: {answer.content.get('ok', False)}"
 
 
@@ -127,8 +137,11 @@ def test_input_required_result_capabilities(ctx: ToolContext) -> str:
     if "elicitation" in declared:
         calls.append(lambda: ctx.ask("user_name", "What is your name?", NAME_SCHEMA).content)
     if "sampling" in declared:
-        calls.append(lambda: _sample_text(
-            ctx.sample("greeting", _user_message("Generate a greeting"), max_tokens=50)))
+        calls.append(
+            lambda: _sample_text(
+                ctx.sample("greeting", _user_message("Generate a greeting"), max_tokens=50)
+            )
+        )
     if "roots" in declared:
         calls.append(lambda: ctx.roots("client_roots"))
     answers = ask_together(ctx, *calls)

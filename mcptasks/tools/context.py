@@ -20,8 +20,7 @@ SAMPLE = "sampling/createMessage"
 ROOTS = "roots/list"
 
 
-def declares_input_kind(capabilities: dict[str, Any], method: str, params: dict[str, Any]
-                        ) -> bool:
+def declares_input_kind(capabilities: dict[str, Any], method: str, params: dict[str, Any]) -> bool:
     """Did a request declare what an input request of ``method`` needs (PROTOCOL M9)? Form
     elicitation: ``elicitation: {}`` or one listing ``form``; URL elicitation: ``url``."""
     if method == "elicitation/create":
@@ -74,8 +73,11 @@ class Answer:
 
     @classmethod
     def from_response(cls, response: dict[str, Any]) -> Answer:
-        return cls(action=str(response.get("action", "accept")),
-                   content=dict(response.get("content") or {}), raw=response)
+        return cls(
+            action=str(response.get("action", "accept")),
+            content=dict(response.get("content") or {}),
+            raw=response,
+        )
 
 
 @dataclass(frozen=True)
@@ -102,21 +104,35 @@ class ToolContext:
     def report(self, message: str) -> None:
         raise NotImplementedError
 
-    def ask(self, key: str, message: str, schema: dict[str, Any], *, audience: str = "client",
-            forbid_self_approval: bool = False, before_task: bool = False,
-            timeout_s: float | None = None) -> Answer:
+    def ask(
+        self,
+        key: str,
+        message: str,
+        schema: dict[str, Any],
+        *,
+        audience: str = "client",
+        forbid_self_approval: bool = False,
+        before_task: bool = False,
+        timeout_s: float | None = None,
+    ) -> Answer:
         """Ask one question; returns its Answer once answered (suspends until then)."""
-        question = Question(message=message, schema=schema, audience=audience,
-                            forbid_self_approval=forbid_self_approval,
-                            before_task=before_task, timeout_s=timeout_s)
+        question = Question(
+            message=message,
+            schema=schema,
+            audience=audience,
+            forbid_self_approval=forbid_self_approval,
+            before_task=before_task,
+            timeout_s=timeout_s,
+        )
         return self.ask_many({key: question})[key]
 
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         """Ask several questions at once; returns when every one is answered."""
         raise NotImplementedError
 
-    def sample(self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256,
-               **params: Any) -> dict[str, Any]:
+    def sample(
+        self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256, **params: Any
+    ) -> dict[str, Any]:
         """``sampling/createMessage``; returns the client's CreateMessageResult."""
         raise NotImplementedError
 
@@ -131,8 +147,14 @@ class ToolContext:
     def sleep(self, key: str, seconds: float) -> None:
         raise NotImplementedError
 
-    def wait_until(self, key: str, check: Callable[[], bool], *, every: float = 5.0,
-                   timeout_s: float | None = None) -> None:
+    def wait_until(
+        self,
+        key: str,
+        check: Callable[[], bool],
+        *,
+        every: float = 5.0,
+        timeout_s: float | None = None,
+    ) -> None:
         """Durable polling: suspend and re-check every ``every`` seconds until ``check()``."""
         raise NotImplementedError
 

@@ -11,33 +11,51 @@ from mcptasks.tools.fakes import fake_cloud
 
 
 @tool(policy="task", ttl_ms=24 * 3_600_000, poll_interval_ms=2000, max_input_wait_s=12 * 3600)
-def deploy_service(ctx: ToolContext, service: str, version: str,
-                   environment: Literal["staging", "production"] = "staging") -> dict[str, Any]:
+def deploy_service(
+    ctx: ToolContext,
+    service: str,
+    version: str,
+    environment: Literal["staging", "production"] = "staging",
+) -> dict[str, Any]:
     """Build and roll out a service version; production needs an operator's approval."""
     ctx.report(f"Building {service} {version}")
-    build = ctx.effect("build", lambda key: fake_cloud.build(key, service, version),
-                       idempotent=True)
+    build = ctx.effect(
+        "build", lambda key: fake_cloud.build(key, service, version), idempotent=True
+    )
     if environment == "production":
         approval = ctx.ask(
             "approval",
             f"Approve rollout of {service} {version} to production?",
-            {"type": "object",
-             "properties": {"approve": {"type": "boolean", "title": "Approve the rollout"},
-                            "comment": {"type": "string", "title": "Comment"}},
-             "required": ["approve"]},
-            audience="operator", forbid_self_approval=True)
+            {
+                "type": "object",
+                "properties": {
+                    "approve": {"type": "boolean", "title": "Approve the rollout"},
+                    "comment": {"type": "string", "title": "Comment"},
+                },
+                "required": ["approve"],
+            },
+            audience="operator",
+            forbid_self_approval=True,
+        )
         if not approval.accepted or not approval.content.get("approve"):
             raise ToolError(f"Rollout of {service} {version} was not approved")
     ctx.report(f"Rolling out {service} {version} to {environment}")
-    rollout = ctx.effect("rollout",
-                         lambda key: fake_cloud.rollout(key, service, version, environment))
-    return {"service": service, "version": version, "environment": environment,
-            "build": build["build_id"], "rollout": rollout["rollout_id"]}
+    rollout = ctx.effect(
+        "rollout", lambda key: fake_cloud.rollout(key, service, version, environment)
+    )
+    return {
+        "service": service,
+        "version": version,
+        "environment": environment,
+        "build": build["build_id"],
+        "rollout": rollout["rollout_id"],
+    }
 
 
 @tool(policy="task", poll_interval_ms=1000)
-def run_pipeline(ctx: ToolContext, pipeline: str, stages: int = 3,
-                 stage_seconds: float = 1.0) -> dict[str, Any]:
+def run_pipeline(
+    ctx: ToolContext, pipeline: str, stages: int = 3, stage_seconds: float = 1.0
+) -> dict[str, Any]:
     """Run a CI pipeline stage by stage, waiting durably between stages."""
     if not 1 <= stages <= 20:
         raise ToolError("stages must be between 1 and 20")
@@ -48,8 +66,9 @@ def run_pipeline(ctx: ToolContext, pipeline: str, stages: int = 3,
 
 
 @tool(policy="auto", poll_interval_ms=1000)
-def export_dataset(ctx: ToolContext, dataset: str, rows: int = 1000,
-                   batch: int = 250) -> dict[str, Any]:
+def export_dataset(
+    ctx: ToolContext, dataset: str, rows: int = 1000, batch: int = 250
+) -> dict[str, Any]:
     """Export a dataset in batches, reporting progress; returns where the file is."""
     if rows < 0 or batch <= 0:
         raise ToolError("rows must be ≥ 0 and batch > 0")
@@ -61,8 +80,11 @@ def export_dataset(ctx: ToolContext, dataset: str, rows: int = 1000,
         ctx.effect(f"batch-{number}", _batch_writer(dataset, count), idempotent=True)
         written += count
         ctx.report(f"Exported {written}/{rows} rows of {dataset}")
-    return {"dataset": dataset, "rows": written,
-            "artifact": f"s3://exports/{dataset}/{ctx.uuid()}.csv"}
+    return {
+        "dataset": dataset,
+        "rows": written,
+        "artifact": f"s3://exports/{dataset}/{ctx.uuid()}.csv",
+    }
 
 
 def _batch_writer(dataset: str, count: int) -> Callable[[str], dict[str, Any]]:
@@ -72,12 +94,12 @@ def _batch_writer(dataset: str, count: int) -> Callable[[str], dict[str, Any]]:
 @tool(policy="task", poll_interval_ms=2000)
 def cloud_job(ctx: ToolContext, spec: str, poll_seconds: float = 1.0) -> dict[str, Any]:
     """Submit a job to the (fake) cloud job API and follow it to the end."""
-    submitted = ctx.effect("submit", lambda key: fake_cloud.submit_job(key, spec),
-                           idempotent=True)
+    submitted = ctx.effect("submit", lambda key: fake_cloud.submit_job(key, spec), idempotent=True)
     job_id = submitted["job_id"]
     ctx.job(job_id)
-    ctx.wait_until("finished", lambda: fake_cloud.job_status(job_id) in ("done", "error"),
-                   every=poll_seconds)
+    ctx.wait_until(
+        "finished", lambda: fake_cloud.job_status(job_id) in ("done", "error"), every=poll_seconds
+    )
     status = fake_cloud.job_status(job_id)
     if status == "error":
         raise ToolError(f"Cloud job {job_id} failed")

@@ -21,8 +21,9 @@ class FakeCloud:
 
     @property
     def path(self) -> Path:
-        return self._path or Path(os.environ.get("MCPTASKS_FAKE_CLOUD",
-                                                 settings.VAR_DIR / "fake_cloud.json"))
+        return self._path or Path(
+            os.environ.get("MCPTASKS_FAKE_CLOUD", settings.VAR_DIR / "fake_cloud.json")
+        )
 
     @contextmanager
     def _state(self) -> Iterator[dict[str, Any]]:
@@ -59,12 +60,18 @@ class FakeCloud:
             self.path.unlink()
 
     def build(self, key: str, service: str, version: str) -> dict[str, Any]:
-        return self._apply("build", key, {"build_id": f"b-{abs(hash(key)) % 10**8}",
-                                          "service": service, "version": version})
+        return self._apply(
+            "build",
+            key,
+            {"build_id": f"b-{abs(hash(key)) % 10**8}", "service": service, "version": version},
+        )
 
     def rollout(self, key: str, service: str, version: str, environment: str) -> dict[str, Any]:
-        return self._apply("rollout", key, {"rollout_id": f"r-{abs(hash(key)) % 10**8}",
-                                            "environment": environment})
+        return self._apply(
+            "rollout",
+            key,
+            {"rollout_id": f"r-{abs(hash(key)) % 10**8}", "environment": environment},
+        )
 
     def write_batch(self, key: str, dataset: str, count: int) -> dict[str, Any]:
         return self._apply("batch", key, {"dataset": dataset, "rows": count})

@@ -69,9 +69,16 @@ class MissingClientCapability(Exception):
 
 
 class InlineContext(ToolContext):
-    def __init__(self, *, tool_name: str, arguments: dict[str, Any],
-                 capabilities: dict[str, Any], answers: dict[str, dict[str, Any]],
-                 pre_task: bool = False, offered: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        tool_name: str,
+        arguments: dict[str, Any],
+        capabilities: dict[str, Any],
+        answers: dict[str, dict[str, Any]],
+        pre_task: bool = False,
+        offered: dict[str, Any] | None = None,
+    ) -> None:
         self.tool_name = tool_name
         self.arguments = arguments
         self.capabilities = capabilities
@@ -108,8 +115,7 @@ class InlineContext(ToolContext):
 
     def _gather(self, requests: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if self.effect_ran:
-            raise ToolDefinitionError(
-                "an inline tool may call effect only after its last question")
+            raise ToolDefinitionError("an inline tool may call effect only after its last question")
         for key in requests:
             self._key(key)
         self.asked.update(requests)
@@ -117,8 +123,9 @@ class InlineContext(ToolContext):
             if key in self.answers or key not in self.offered:
                 continue
             try:
-                self.answers[key] = validate_response(request["method"], request["params"],
-                                                      self.offered[key])
+                self.answers[key] = validate_response(
+                    request["method"], request["params"], self.offered[key]
+                )
             except InvalidAnswer as exc:
                 raise InvalidInputResponse(key, str(exc)) from None
         missing = {k: r for k, r in requests.items() if k not in self.answers}
@@ -139,18 +146,27 @@ class InlineContext(ToolContext):
             if secret:
                 raise ToolDefinitionError(
                     f"question {key!r} asks for {', '.join(secret)} in a form: form "
-                    "elicitation must never request secrets (PROTOCOL §3.4)")
+                    "elicitation must never request secrets (PROTOCOL §3.4)"
+                )
         self._need_form_elicitation()
-        answered = self._gather({k: {"method": ELICIT, "params": q.params()}
-                                 for k, q in questions.items()})
+        answered = self._gather(
+            {k: {"method": ELICIT, "params": q.params()} for k, q in questions.items()}
+        )
         return {k: Answer.from_response(v) for k, v in answered.items()}
 
-    def sample(self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256,
-               **params: Any) -> dict[str, Any]:
+    def sample(
+        self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256, **params: Any
+    ) -> dict[str, Any]:
         self._plain_call()
         self._need("sampling")
-        return self._gather({key: {"method": SAMPLE, "params": {
-            "messages": messages, "maxTokens": max_tokens, **params}}})[key]
+        return self._gather(
+            {
+                key: {
+                    "method": SAMPLE,
+                    "params": {"messages": messages, "maxTokens": max_tokens, **params},
+                }
+            }
+        )[key]
 
     def roots(self, key: str) -> list[dict[str, Any]]:
         self._plain_call()
@@ -168,8 +184,14 @@ class InlineContext(ToolContext):
         self._key(key)
         time.sleep(max(0.0, min(seconds, MAX_INLINE_SLEEP_S)))
 
-    def wait_until(self, key: str, check: Callable[[], bool], *, every: float = 5.0,
-                   timeout_s: float | None = None) -> None:
+    def wait_until(
+        self,
+        key: str,
+        check: Callable[[], bool],
+        *,
+        every: float = 5.0,
+        timeout_s: float | None = None,
+    ) -> None:
         self._plain_call()
         self._key(key)
         deadline = time.monotonic() + min(timeout_s or MAX_INLINE_SLEEP_S, MAX_INLINE_SLEEP_S)

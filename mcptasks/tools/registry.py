@@ -51,13 +51,20 @@ class ToolDef:
     @property
     def policy_revision(self) -> str:
         """Digest of everything that decides how the tool's tasks behave."""
-        return digest({
-            "name": self.name, "policy": self.policy, "ttl_ms": self.ttl_ms,
-            "input_schema": self.input_schema, "output_schema": self.output_schema,
-            "required_capabilities": self.required_capabilities,
-            "sensitive": sorted(self.sensitive), "on_input_timeout": self.on_input_timeout,
-            "on_build_change": self.on_build_change, "operator_fallback": self.operator_fallback,
-        })[:32]
+        return digest(
+            {
+                "name": self.name,
+                "policy": self.policy,
+                "ttl_ms": self.ttl_ms,
+                "input_schema": self.input_schema,
+                "output_schema": self.output_schema,
+                "required_capabilities": self.required_capabilities,
+                "sensitive": sorted(self.sensitive),
+                "on_input_timeout": self.on_input_timeout,
+                "on_build_change": self.on_build_change,
+                "operator_fallback": self.operator_fallback,
+            }
+        )[:32]
 
     def effective_ttl_ms(self) -> int | None:
         return self.ttl_ms if self.ttl_ms is not None else settings.MCPTASKS_DEFAULT_TTL_MS
@@ -67,8 +74,11 @@ class ToolDef:
 
     def wire(self) -> dict[str, Any]:
         """The ``Tool`` object of ``tools/list``."""
-        item: dict[str, Any] = {"name": self.name, "description": self.description,
-                                "inputSchema": self.input_schema}
+        item: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        }
         if self.title:
             item["title"] = self.title
         if self.output_schema is not None:
@@ -119,8 +129,11 @@ def schema_from_signature(fn: Callable[..., Any]) -> dict[str, Any]:
         elif parameter.default is not None:
             prop["default"] = parameter.default
         properties[name] = prop
-    schema: dict[str, Any] = {"type": "object", "properties": properties,
-                              "additionalProperties": False}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
     if required:
         schema["required"] = required
     return schema
@@ -134,7 +147,9 @@ class Registry:
 
     def register(self, tool_def: ToolDef) -> ToolDef:
         if not TOOL_NAME.match(tool_def.name):
-            raise ToolRegistrationError(f"tool name {tool_def.name!r} must match {TOOL_NAME.pattern}")
+            raise ToolRegistrationError(
+                f"tool name {tool_def.name!r} must match {TOOL_NAME.pattern}"
+            )
         if tool_def.policy not in POLICIES:
             raise ToolRegistrationError(f"{tool_def.name}: policy must be one of {POLICIES}")
         if tool_def.input_schema.get("type") != "object":
@@ -144,7 +159,8 @@ class Registry:
         if ttl is not None and limits_s and limits_s * 1000 >= ttl:
             raise ToolRegistrationError(
                 f"{tool_def.name}: ttl_ms={ttl} must exceed max_input_wait_s + max_run_s "
-                f"({limits_s:g} s), or tasks would expire before they can finish")
+                f"({limits_s:g} s), or tasks would expire before they can finish"
+            )
         existing = self._tools.get(tool_def.name)
         if existing is not None and existing.fn is not tool_def.fn:
             raise ToolRegistrationError(f"tool {tool_def.name!r} is registered twice")
@@ -170,8 +186,7 @@ class Registry:
         """Every tool of the configured packs, in name order (deterministic)."""
         self.ensure_loaded()
         packs = tool_packs()
-        return sorted((t for t in self._tools.values() if t.pack in packs),
-                      key=lambda t: t.name)
+        return sorted((t for t in self._tools.values() if t.pack in packs), key=lambda t: t.name)
 
 
 def tool_packs() -> list[str]:
@@ -201,16 +216,18 @@ def tool(
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         doc = inspect.getdoc(fn) or ""
-        registry.register(ToolDef(
-            name=name or fn.__name__,
-            fn=fn,
-            description=description or doc.split("\n\n")[0] or (name or fn.__name__),
-            input_schema=input_schema or schema_from_signature(fn),
-            output_schema=output_schema,
-            policy=policy,
-            pack=fn.__module__,
-            **options,
-        ))
+        registry.register(
+            ToolDef(
+                name=name or fn.__name__,
+                fn=fn,
+                description=description or doc.split("\n\n")[0] or (name or fn.__name__),
+                input_schema=input_schema or schema_from_signature(fn),
+                output_schema=output_schema,
+                policy=policy,
+                pack=fn.__module__,
+                **options,
+            )
+        )
         return fn
 
     return decorate

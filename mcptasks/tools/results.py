@@ -30,7 +30,6 @@ def to_call_tool_result(value: Any, tool_def: ToolDef) -> dict[str, Any]:
     if tool_def.output_schema is not None:
         if "structuredContent" not in result:
             raise ValueError("a tool with an outputSchema must return structured content")
-        offline_validator(tool_def.output_schema).validate(
-            result["structuredContent"])
+        offline_validator(tool_def.output_schema).validate(result["structuredContent"])
     json.dumps(result)  # raises TypeError for values JSON cannot carry
     return {"resultType": "complete", **result}

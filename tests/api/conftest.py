@@ -46,9 +46,12 @@ class Api:
 @pytest.fixture
 def api_tokens(cast: dict[str, dict[str, Any]]) -> dict[str, str]:
     """One ``api``-scoped bearer token per cast member, in the member's first tenant."""
-    return {name: ApiToken.issue(user=entry["user"], tenant=entry["tenant"],
-                                 name=f"{name} api", scopes=["api"])[1]
-            for name, entry in cast.items()}
+    return {
+        name: ApiToken.issue(
+            user=entry["user"], tenant=entry["tenant"], name=f"{name} api", scopes=["api"]
+        )[1]
+        for name, entry in cast.items()
+    }
 
 
 @pytest.fixture
@@ -84,9 +87,11 @@ def paused_deploy(make_task: Callable[..., Task], fake_cloud: Any) -> Callable[.
     from mcptasks.runner import run_task
 
     def make(owner: str = "alice") -> Task:
-        task = make_task(owner=owner, tool_name="deploy_service",
-                         arguments={"service": "billing", "version": "1.2.3",
-                                    "environment": "production"})
+        task = make_task(
+            owner=owner,
+            tool_name="deploy_service",
+            arguments={"service": "billing", "version": "1.2.3", "environment": "production"},
+        )
         assert run_task(task.pk) == "awaiting_operator"
         return Task.objects.get(pk=task.pk)
 
@@ -141,4 +146,5 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.write_line(
         f"{sum(TALLY.values())} generated requests ({', '.join(f'{n} {m}' for m, n in sorted(by_mode.items()))}); "
         f"{len({line.split(' -> ')[0] for line in TALLY})} operation×mode pairs; statuses: "
-        + ", ".join(f"{status}: {count}" for status, count in sorted(by_status.items())))
+        + ", ".join(f"{status}: {count}" for status, count in sorted(by_status.items()))
+    )

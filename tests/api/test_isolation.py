@@ -24,8 +24,11 @@ from tests.api.conftest import ok, problem
 pytestmark = pytest.mark.django_db
 S = TaskState
 V1 = "/api/v1"
-OPERATOR_GATE = [InputSpec(key="approve", method="elicitation/create",
-                           params={"message": "Go?"}, audience="operator")]
+OPERATOR_GATE = [
+    InputSpec(
+        key="approve", method="elicitation/create", params={"message": "Go?"}, audience="operator"
+    )
+]
 
 
 @dataclass
@@ -45,12 +48,14 @@ class World:
 @pytest.fixture
 def world(task_in: Any, api: Any, users: dict[str, Any], actors: dict[str, Any]) -> World:
     owners = {"acme": "alice", "globex": "bob"}
-    gate = {t: task_in(S.AWAITING_OPERATOR, owner=o, requests=OPERATOR_GATE)
-            for t, o in owners.items()}
+    gate = {
+        t: task_in(S.AWAITING_OPERATOR, owner=o, requests=OPERATOR_GATE) for t, o in owners.items()
+    }
     unknown = {t: task_in(S.NEEDS_RECONCILIATION, owner=o) for t, o in owners.items()}
     for task in gate.values():
-        lifecycle.task_grant_delegation(task_id=task.pk, actor=actors["olga"],
-                                        grantee=users["carl"], delegation="view")
+        lifecycle.task_grant_delegation(
+            task_id=task.pk, actor=actors["olga"], grantee=users["carl"], delegation="view"
+        )
     export = ok(api("olga").post(f"{V1}/audit/exports", {"tenant": "globex"}), 201)
     bob_token = ApiToken.objects.filter(user=users["bob"]).first()
     assert bob_token is not None
@@ -63,13 +68,18 @@ def snapshot(tenant_slug: str) -> dict[str, Any]:
 
     return {
         "tasks": list(Task.objects.filter(tenant__slug=tenant_slug).order_by("pk").values()),
-        "inputs": list(InputRequest.objects.filter(tenant__slug=tenant_slug).order_by("pk")
-                       .values()),
+        "inputs": list(
+            InputRequest.objects.filter(tenant__slug=tenant_slug).order_by("pk").values()
+        ),
         "effects": list(Effect.objects.filter(tenant__slug=tenant_slug).order_by("pk").values()),
-        "tokens": list(ApiToken.objects.filter(tenant__slug=tenant_slug).order_by("pk")
-                       .values("pk", "revoked_at")),
+        "tokens": list(
+            ApiToken.objects.filter(tenant__slug=tenant_slug)
+            .order_by("pk")
+            .values("pk", "revoked_at")
+        ),
         "grants": TaskUserObjectPermission.objects.filter(
-            content_object__tenant__slug=tenant_slug).count(),
+            content_object__tenant__slug=tenant_slug
+        ).count(),
         "audit": AuditEvent.objects.filter(chain=f"tenant:{tenant_slug}").count(),
     }
 
@@ -78,19 +88,37 @@ def snapshot(tenant_slug: str) -> dict[str, Any]:
 Case = tuple[str, str, Callable[[World, str], str], Any]
 TASK_CASES: list[Case] = [
     ("api-task", "get", lambda w, t: f"{V1}/tasks/{w.gate[t].pk}", None),
-    ("api-task-answer", "post",
-     lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/input-requests/approve/answer",
-     {"response": {"action": "accept", "content": {}}}),
+    (
+        "api-task-answer",
+        "post",
+        lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/input-requests/approve/answer",
+        {"response": {"action": "accept", "content": {}}},
+    ),
     ("api-task-cancel", "post", lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/cancel", {}),
-    ("api-task-force-cancel", "post", lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/force-cancel",
-     {"reason": "isolation test"}),
-    ("api-task-reconcile", "post",
-     lambda w, t: f"{V1}/tasks/{w.unknown[t].pk}/effects/{w.effect_id(t)}/reconcile",
-     {"decision": "not_applied", "reason": "isolation test"}),
-    ("api-task-grant", "post", lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/delegations/grant",
-     {"user": "carl", "delegation": "answer"}),
-    ("api-task-revoke", "post", lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/delegations/revoke",
-     {"user": "carl", "delegation": "view"}),
+    (
+        "api-task-force-cancel",
+        "post",
+        lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/force-cancel",
+        {"reason": "isolation test"},
+    ),
+    (
+        "api-task-reconcile",
+        "post",
+        lambda w, t: f"{V1}/tasks/{w.unknown[t].pk}/effects/{w.effect_id(t)}/reconcile",
+        {"decision": "not_applied", "reason": "isolation test"},
+    ),
+    (
+        "api-task-grant",
+        "post",
+        lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/delegations/grant",
+        {"user": "carl", "delegation": "answer"},
+    ),
+    (
+        "api-task-revoke",
+        "post",
+        lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/delegations/revoke",
+        {"user": "carl", "delegation": "view"},
+    ),
 ]
 OTHER_CASES: list[Case] = [
     ("api-audit-exports", "post", lambda w, t: f"{V1}/audit/exports", {"tenant": "globex"}),
@@ -110,16 +138,23 @@ def call(client: Any, method: str, path: str, body: Any) -> Any:
 
 
 def test_the_tables_cover_every_operation_of_the_api() -> None:
-    names = {p.name for p in urlpatterns if isinstance(p, URLPattern) and p.name
-             and p.name.startswith("api-") and p.name not in ("api-schema", "api-docs")}
+    names = {
+        p.name
+        for p in urlpatterns
+        if isinstance(p, URLPattern)
+        and p.name
+        and p.name.startswith("api-")
+        and p.name not in ("api-schema", "api-docs")
+    }
     covered = {case[0] for case in TASK_CASES + OTHER_CASES} | set(LIST_CASES)
     assert covered == names
     assert get_resolver()  # the URLconf loads
 
 
 @pytest.mark.parametrize("case", TASK_CASES + OTHER_CASES, ids=lambda case: case[0])
-def test_alice_gets_404_for_every_globex_object_and_changes_nothing(api: Any, world: World,
-                                                                    case: Case) -> None:
+def test_alice_gets_404_for_every_globex_object_and_changes_nothing(
+    api: Any, world: World, case: Case
+) -> None:
     _, method, path, body = case
     before = snapshot("globex")
     problem(call(api("alice"), method, path(world, "globex"), body), 404)
@@ -137,8 +172,9 @@ def test_alice_lists_nothing_of_globex(api: Any, world: World) -> None:
 
 @pytest.mark.parametrize("tenant", ["acme", "globex"])
 @pytest.mark.parametrize("case", TASK_CASES[1:], ids=lambda case: case[0])
-def test_carl_sees_tasks_of_both_tenants_but_acts_on_none(api: Any, world: World,
-                                                          case: Case, tenant: str) -> None:
+def test_carl_sees_tasks_of_both_tenants_but_acts_on_none(
+    api: Any, world: World, case: Case, tenant: str
+) -> None:
     _, method, path, body = case
     ok(api("carl").get(f"{V1}/tasks/{world.gate[tenant].pk}"))
     before = snapshot(tenant)

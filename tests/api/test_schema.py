@@ -39,8 +39,13 @@ from tests.api.conftest import ok
 pytestmark = pytest.mark.django_db
 S = TaskState
 SCHEMA_URL = "/api/schema/?format=json"
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance, response_headers_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    response_headers_conformance,
+]
 # Per operation and mode. Derandomized, so CI runs the same requests every time; raise it
 # (MCPTASKS_API_FUZZ_EXAMPLES) to explore further.
 EXAMPLES = int(os.environ.get("MCPTASKS_API_FUZZ_EXAMPLES", "14"))
@@ -60,8 +65,11 @@ def schema_document(client: APIClient) -> dict[str, Any]:
 def test_every_operation_is_described_with_its_problems(db: Any) -> None:
     document = schema_document(APIClient())
     assert document["openapi"].startswith("3.")
-    operations = [(path, method, op) for path, item in document["paths"].items()
-                  for method, op in item.items()]
+    operations = [
+        (path, method, op)
+        for path, item in document["paths"].items()
+        for method, op in item.items()
+    ]
     assert len(operations) == 15
     assert len({op["operationId"] for _, _, op in operations}) == len(operations)
     for path, method, op in operations:
@@ -110,12 +118,18 @@ def api_schema(db: Any) -> Any:
 def fuzz_world(task_in: Any, api_tokens: dict[str, str], api: Any) -> Iterator[dict[str, Any]]:
     """Real objects for generated requests to hit, the callers' tokens, and a tally of what
     the requests got (checked when the test ends)."""
-    gate = [InputSpec(key="approve", method="elicitation/create",
-                      params={"message": "Go?", "requestedSchema": {
-                          "type": "object", "properties": {"ok": {"type": "boolean"}}}},
-                      audience="operator")]
-    tasks = [task_in(S.AWAITING_OPERATOR, owner=owner, requests=gate)
-             for owner in ("alice", "bob")]
+    gate = [
+        InputSpec(
+            key="approve",
+            method="elicitation/create",
+            params={
+                "message": "Go?",
+                "requestedSchema": {"type": "object", "properties": {"ok": {"type": "boolean"}}},
+            },
+            audience="operator",
+        )
+    ]
+    tasks = [task_in(S.AWAITING_OPERATOR, owner=owner, requests=gate) for owner in ("alice", "bob")]
     tasks += [task_in(S.NEEDS_RECONCILIATION, owner=owner) for owner in ("alice", "bob")]
     tasks += [task_in(state) for state in (S.RUNNING, S.AWAITING_INPUT, S.COMPLETED)]
     export = ok(api("olga").post("/api/v1/audit/exports", {"tenant": "acme"}), 201)
@@ -124,8 +138,10 @@ def fuzz_world(task_in: Any, api_tokens: dict[str, str], api: Any) -> Iterator[d
         "effect_id": [str(pk) for pk in Effect.objects.values_list("pk", flat=True)],
         "key": ["approve", "q"],
         # Tokens to revoke: any but the callers' own (the requests must stay authenticated).
-        "token_id": [str(pk) for pk in ApiToken.objects.exclude(name__endswith=" api")
-                     .values_list("pk", flat=True)],
+        "token_id": [
+            str(pk)
+            for pk in ApiToken.objects.exclude(name__endswith=" api").values_list("pk", flat=True)
+        ],
         "export_id": [export["id"]],
         "callers": [api_tokens[name] for name in ("olga", "alice", "carl", "amy")],
         "requests": Counter(),
@@ -142,7 +158,8 @@ def operations(api_schema: Any) -> list[Any]:
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 def test_generated_requests_never_fail_and_match_the_schema(
-        api_schema: Any, fuzz_world: dict[str, Any], mode: GenerationMode) -> None:
+    api_schema: Any, fuzz_world: dict[str, Any], mode: GenerationMode
+) -> None:
     # schemathesis' Python API rather than its pytest plugin (whose lazy fixture schemas do
     # not run on pytest 9): one Hypothesis run per operation, positive then negative data.
     turn = itertools.count()
@@ -157,16 +174,20 @@ def test_generated_requests_never_fail_and_match_the_schema(
                     case.path_parameters[name] = choices[number // 2 % len(choices)]
         token = callers[number % len(callers)]
         with connection_kept():
-            response = case.call_and_validate(headers={"Authorization": f"Bearer {token}"},
-                                              checks=CHECKS)
-        fuzz_world["requests"][f"{mode} {case.method} {case.path} -> "
-                               f"{response.status_code}"] += 1
+            response = case.call_and_validate(
+                headers={"Authorization": f"Bearer {token}"}, checks=CHECKS
+            )
+        fuzz_world["requests"][f"{mode} {case.method} {case.path} -> {response.status_code}"] += 1
 
     failures = []
     for operation in operations(api_schema):
-        run = settings(max_examples=EXAMPLES, deadline=None, database=None, derandomize=True,
-                       suppress_health_check=list(HealthCheck))(
-            given(case=operation.as_strategy(generation_mode=mode))(send))
+        run = settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            database=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+        )(given(case=operation.as_strategy(generation_mode=mode))(send))
         try:
             run()
         except (Exception, BaseExceptionGroup) as exc:  # report every operation's failures

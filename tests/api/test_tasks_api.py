@@ -54,16 +54,16 @@ def test_list_rows_carry_state_wire_status_and_binding(api: Any, task_in: Any) -
     assert row["version"] == task.version
 
 
-def test_list_filters_by_state_status_tool_principal_and_job(api: Any, task_in: Any,
-                                                             make_task: Any) -> None:
+def test_list_filters_by_state_status_tool_principal_and_job(
+    api: Any, task_in: Any, make_task: Any
+) -> None:
     waiting = task_in(S.AWAITING_INPUT)
     done = task_in(S.COMPLETED, owner="adam")
     other_tool = make_task("alice", tool_name="ask_twice")
     Task.objects.filter(pk=done.pk).update(backend_job_id="job-42")
     olga = api("olga")
     assert ids(ok(olga.get(TASKS, state="awaiting_input"))) == {waiting.pk}
-    assert ids(ok(olga.get(TASKS, state=["completed", "awaiting_input"]))) == {waiting.pk,
-                                                                               done.pk}
+    assert ids(ok(olga.get(TASKS, state=["completed", "awaiting_input"]))) == {waiting.pk, done.pk}
     assert ids(ok(olga.get(TASKS, status="input_required"))) == {waiting.pk}
     assert ids(ok(olga.get(TASKS, status="working"))) == {other_tool.pk}
     assert ids(ok(olga.get(TASKS, tool="ask_twice"))) == {other_tool.pk}
@@ -75,8 +75,9 @@ def test_list_filters_by_state_status_tool_principal_and_job(api: Any, task_in: 
 def test_list_filters_by_created_and_updated_ranges(api: Any, make_task: Any) -> None:
     now = timezone.now()
     old, new = make_task("alice"), make_task("alice")
-    Task.objects.filter(pk=old.pk).update(created_at=now - timedelta(days=3),
-                                          updated_at=now - timedelta(days=2))
+    Task.objects.filter(pk=old.pk).update(
+        created_at=now - timedelta(days=3), updated_at=now - timedelta(days=2)
+    )
     alice = api("alice")
     since = (now - timedelta(days=1)).isoformat()
     assert ids(ok(alice.get(TASKS, created_after=since))) == {new.pk}
@@ -95,21 +96,26 @@ def test_list_pages_with_a_stable_cursor_newest_first(api: Any, make_task: Any) 
     assert created == sorted(created, reverse=True)
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"state": "bogus"}, "state"),
-    ({"status": "done"}, "status"),
-    ({"created_after": "yesterday"}, "created_after"),
-    ({"cursor": "not-a-cursor"}, "cursor"),
-])
-def test_list_refuses_invalid_filters_with_422(api: Any, params: dict[str, str],
-                                               field: str) -> None:
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"state": "bogus"}, "state"),
+        ({"status": "done"}, "status"),
+        ({"created_after": "yesterday"}, "created_after"),
+        ({"cursor": "not-a-cursor"}, "cursor"),
+    ],
+)
+def test_list_refuses_invalid_filters_with_422(
+    api: Any, params: dict[str, str], field: str
+) -> None:
     body = problem(api("alice").get(TASKS, **params), 422)
     assert field in body["errors"] and body["detail"].lower().startswith(field)
 
 
 # ---------------------------------------------------------------- detail
 def test_detail_shows_binding_inputs_effects_timeline_and_the_wire_task(
-        api: Any, paused_deploy: Any, users: dict[str, Any]) -> None:
+    api: Any, paused_deploy: Any, users: dict[str, Any]
+) -> None:
     task = paused_deploy("alice")
     for viewer in ("alice", "olga", "carl", "amy"):
         detail = ok(api(viewer).get(f"{TASKS}/{task.pk}"))
@@ -132,10 +138,18 @@ def test_detail_shows_binding_inputs_effects_timeline_and_the_wire_task(
 
 
 def test_detail_redacts_arguments_by_name_value_and_the_tools_own_list(
-        api: Any, make_task: Any, api_pack: str) -> None:
-    task = make_task("alice", tool_name="api_sensitive_args", arguments={
-        "service": "billing", "launch_code": "0000-1111", "password": "hunter2",
-        "note": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123456789"})
+    api: Any, make_task: Any, api_pack: str
+) -> None:
+    task = make_task(
+        "alice",
+        tool_name="api_sensitive_args",
+        arguments={
+            "service": "billing",
+            "launch_code": "0000-1111",
+            "password": "hunter2",
+            "note": "Authorization: Bearer abcdefghijklmnopqrstuvwxyz0123456789",
+        },
+    )
     arguments = ok(api("alice").get(f"{TASKS}/{task.pk}"))["arguments"]
     assert arguments["service"] == "billing"
     assert arguments["launch_code"] == "[REDACTED]"
@@ -152,7 +166,8 @@ def test_detail_of_unknown_or_invisible_task_is_404(api: Any, make_task: Any) ->
 
 # ---------------------------------------------------------------- answer
 def test_requester_cannot_approve_own_deploy_but_an_operator_can(
-        api: Any, paused_deploy: Any) -> None:
+    api: Any, paused_deploy: Any
+) -> None:
     task = paused_deploy("alice")
     body = problem(api("alice").post(answer_path(task.pk, "approval"), APPROVE), 403)
     assert "own request" in body["detail"]
@@ -174,21 +189,29 @@ def test_answer_is_validated_against_the_request_schema(api: Any, paused_deploy:
     wrong = {"response": {"action": "accept", "content": {"approve": "yes"}}}
     body = problem(api("olga").post(answer_path(task.pk, "approval"), wrong), 422)
     assert "approve" in body["detail"] and "boolean" in body["detail"]
-    problem(api("olga").post(answer_path(task.pk, "approval"), {"response": {"action": "ok"}}),
-            422)
+    problem(api("olga").post(answer_path(task.pk, "approval"), {"response": {"action": "ok"}}), 422)
     problem(api("olga").post(answer_path(task.pk, "approval"), {}), 422)
     assert InputRequest.objects.get(task=task, key="approval").state == "pending"
 
 
 def test_secret_answers_are_redacted_in_the_task_detail(api: Any, task_in: Any) -> None:
-    schema = {"type": "object", "properties": {"pin": {"type": "string", "format": "password"},
-                                               "ok": {"type": "boolean"}}}
-    task = task_in("awaiting_operator", requests=[InputSpec(
-        key="unlock", method="elicitation/create", audience="operator",
-        params={"message": "PIN?", "requestedSchema": schema})])
+    schema = {
+        "type": "object",
+        "properties": {"pin": {"type": "string", "format": "password"}, "ok": {"type": "boolean"}},
+    }
+    task = task_in(
+        "awaiting_operator",
+        requests=[
+            InputSpec(
+                key="unlock",
+                method="elicitation/create",
+                audience="operator",
+                params={"message": "PIN?", "requestedSchema": schema},
+            )
+        ],
+    )
     answer = {"response": {"action": "accept", "content": {"pin": "4321", "ok": True}}}
-    detail = ok(api("olga").post(f"/api/v1/tasks/{task.pk}/input-requests/unlock/answer",
-                                 answer))
+    detail = ok(api("olga").post(f"/api/v1/tasks/{task.pk}/input-requests/unlock/answer", answer))
     (request,) = detail["input_requests"]
     assert request["response"]["content"] == {"pin": "[REDACTED]", "ok": True}
     assert "4321" not in json.dumps(detail)
@@ -213,8 +236,7 @@ def test_auditor_sees_but_cannot_answer(api: Any, paused_deploy: Any) -> None:
 
 def test_client_question_is_answered_by_its_owner(api: Any, task_in: Any) -> None:
     task = task_in(S.AWAITING_INPUT)  # one `client` request, key q
-    problem(api("olga").post(answer_path(task.pk, "q"),
-                             {"response": {"action": "decline"}}), 403)
+    problem(api("olga").post(answer_path(task.pk, "q"), {"response": {"action": "decline"}}), 403)
     detail = ok(api("alice").post(answer_path(task.pk, "q"), {"response": {"action": "decline"}}))
     assert detail["state"] == "queued"
 
@@ -253,8 +275,13 @@ def test_force_cancel_needs_an_operator_and_a_reason(api: Any, task_in: Any) -> 
 
 def test_force_cancel_mid_effect_leaves_it_unknown(api: Any, task_in: Any) -> None:
     task = task_in(S.RUNNING)
-    lifecycle.task_effect_intended(task_id=task.pk, attempt=task.attempt, step="deploy",
-                                   idempotency_key=f"{task.pk}:deploy", idempotent=False)
+    lifecycle.task_effect_intended(
+        task_id=task.pk,
+        attempt=task.attempt,
+        step="deploy",
+        idempotency_key=f"{task.pk}:deploy",
+        idempotent=False,
+    )
     detail = ok(api("olga").post(f"{TASKS}/{task.pk}/force-cancel", {"reason": "stuck"}))
     assert [e["state"] for e in detail["effects"]] == ["unknown"]
 
@@ -272,8 +299,11 @@ def test_operator_reconciles_an_unknown_effect_once(api: Any, task_in: Any) -> N
     assert "external_ref" in body["errors"]
     problem(api("olga").post(path, {"decision": "maybe", "reason": "x"}), 422)
     problem(api("olga").post(path, {"decision": "not_applied"}), 422)
-    detail = ok(api("olga").post(path, {"decision": "applied", "reason": "seen in console",
-                                        "external_ref": "rollout-7"}))
+    detail = ok(
+        api("olga").post(
+            path, {"decision": "applied", "reason": "seen in console", "external_ref": "rollout-7"}
+        )
+    )
     assert detail["state"] == "queued"
     (effect,) = detail["effects"]
     assert effect["state"] == "reconciled_applied" and effect["external_ref"] == "rollout-7"
@@ -300,7 +330,8 @@ def test_only_operators_reconcile(api: Any, task_in: Any) -> None:
 
 # ---------------------------------------------------------------- delegations
 def test_named_approver_answers_after_the_grant_and_not_after_the_revoke(
-        api: Any, paused_deploy: Any) -> None:
+    api: Any, paused_deploy: Any
+) -> None:
     task = paused_deploy("alice")
     detail_path = f"{TASKS}/{task.pk}"
     problem(api("adam").get(detail_path), 404)
@@ -315,8 +346,11 @@ def test_named_approver_answers_after_the_grant_and_not_after_the_revoke(
 
     ok(api("olga").post(f"{detail_path}/delegations/grant", grant))
     assert ok(api("adam").post(answer_path(task.pk, "approval"), APPROVE))["state"] == "queued"
-    actions = list(AuditEvent.objects.filter(task_id=task.pk, action__startswith="delegation.")
-                   .order_by("seq").values_list("action", flat=True))
+    actions = list(
+        AuditEvent.objects.filter(task_id=task.pk, action__startswith="delegation.")
+        .order_by("seq")
+        .values_list("action", flat=True)
+    )
     assert actions == ["delegation.granted", "delegation.revoked", "delegation.granted"]
 
 
@@ -329,8 +363,9 @@ def test_delegation_goes_only_to_a_member_of_the_tasks_tenant(api: Any, make_tas
     problem(api("olga").post(grant, {"user": "adam", "delegation": "admin"}), 422)
 
 
-def test_only_operators_grant_and_revoking_what_is_not_held_is_404(api: Any,
-                                                                   make_task: Any) -> None:
+def test_only_operators_grant_and_revoking_what_is_not_held_is_404(
+    api: Any, make_task: Any
+) -> None:
     task = make_task("alice")
     grant = {"user": "adam", "delegation": "view"}
     for name in ("alice", "amy", "carl"):

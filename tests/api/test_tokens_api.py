@@ -72,7 +72,8 @@ def test_members_list_only_their_own_tokens(api: Any) -> None:
 
 
 def test_admin_revokes_a_members_token_which_then_stops_working(
-        api: Any, api_tokens: dict[str, str]) -> None:
+    api: Any, api_tokens: dict[str, str]
+) -> None:
     alices = ApiToken.objects.get(user__username="alice", scopes=["api"])
     revoked = ok(api("amy").post(revoke_path(alices.pk), {"reason": "laptop lost"}))
     assert revoked["revoked_at"] and revoked["active"] is False
@@ -91,12 +92,15 @@ def test_owner_revokes_her_own_token_but_not_others(api: Any) -> None:
     assert ok(api("alice").post(revoke_path(own.pk)))["active"] is False
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"scopes": ["root"]}, "scopes"),
-    ({"scopes": []}, "scopes"),
-    ({"expires_at": "2001-01-01T00:00:00Z"}, "expires_at"),
-    ({"name": "x" * 101}, "name"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"scopes": ["root"]}, "scopes"),
+        ({"scopes": []}, "scopes"),
+        ({"expires_at": "2001-01-01T00:00:00Z"}, "expires_at"),
+        ({"name": "x" * 101}, "name"),
+    ],
+)
 def test_issue_refuses_invalid_input(api: Any, body: dict[str, Any], field: str) -> None:
     assert field in problem(api("amy").post(ISSUE, body), 422)["errors"]
 

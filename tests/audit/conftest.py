@@ -19,17 +19,33 @@ TABLES = ("audit_auditevent", "audit_retentioncheckpoint")
 def record_events(cast: dict[str, dict[str, Any]]) -> Callable[..., list[AuditEvent]]:
     """Record ``count`` events in a tenant's chain (or ``system`` with tenant=None)."""
 
-    def make(count: int, tenant: str | None = "acme", action: str = "task.created",
-             actor: str = "alice", task_id: str = "") -> list[AuditEvent]:
-        tenant_row = next((entry["tenant"] for entry in cast.values()
-                           if tenant and entry["tenant"].slug == tenant), None)
+    def make(
+        count: int,
+        tenant: str | None = "acme",
+        action: str = "task.created",
+        actor: str = "alice",
+        task_id: str = "",
+    ) -> list[AuditEvent]:
+        tenant_row = next(
+            (
+                entry["tenant"]
+                for entry in cast.values()
+                if tenant and entry["tenant"].slug == tenant
+            ),
+            None,
+        )
         who = Actor.for_user(cast[actor]["user"], kind="principal")
-        return [record(action=action, actor=who,
-                       tenant_id=tenant_row.pk if tenant_row else None,
-                       tenant_slug=tenant_row.slug if tenant_row else None,
-                       task_id=task_id or f"task-{index}",
-                       data={"index": index, "note": f"event {index}", "ratio": index / 3})
-                for index in range(count)]
+        return [
+            record(
+                action=action,
+                actor=who,
+                tenant_id=tenant_row.pk if tenant_row else None,
+                tenant_slug=tenant_row.slug if tenant_row else None,
+                task_id=task_id or f"task-{index}",
+                data={"index": index, "note": f"event {index}", "ratio": index / 3},
+            )
+            for index in range(count)
+        ]
 
     return make
 

@@ -35,13 +35,14 @@ def raw(sql: str) -> Callable[[], None]:
     return run
 
 
-def test_update_and_delete_of_audit_events_are_refused(
-        record_events: Callable[..., Any]) -> None:
+def test_update_and_delete_of_audit_events_are_refused(record_events: Callable[..., Any]) -> None:
     record_events(3)
     assert "append-only: UPDATE on audit_auditevent" in refused(
-        lambda: AuditEvent.objects.filter(chain=ACME, seq=2).update(action="task.woken"))
+        lambda: AuditEvent.objects.filter(chain=ACME, seq=2).update(action="task.woken")
+    )
     assert "append-only: DELETE on audit_auditevent" in refused(
-        lambda: AuditEvent.objects.filter(chain=ACME, seq=3).delete())
+        lambda: AuditEvent.objects.filter(chain=ACME, seq=3).delete()
+    )
     assert "append-only" in refused(raw("UPDATE audit_auditevent SET data = '{}'"))
     assert "append-only" in refused(raw("DELETE FROM audit_auditevent"))
     assert AuditEvent.objects.filter(chain=ACME).count() == 3
@@ -49,7 +50,8 @@ def test_update_and_delete_of_audit_events_are_refused(
 
 
 def test_retention_setting_allows_delete_but_never_update(
-        record_events: Callable[..., Any]) -> None:
+    record_events: Callable[..., Any],
+) -> None:
     record_events(2)
 
     def update_with_setting() -> None:
@@ -60,16 +62,17 @@ def test_retention_setting_allows_delete_but_never_update(
 
 
 def test_the_retention_path_deletes_and_closes_the_door_behind_it(
-        record_events: Callable[..., Any]) -> None:
+    record_events: Callable[..., Any],
+) -> None:
     with time_machine.travel(timezone.now() - timedelta(days=60), tick=False):
         record_events(3)
     record_events(1)
     with transaction.atomic():
-        result = purge_tenant(tenant_slug="acme", older_than_days=30,
-                              actor=Actor.system("test"))
+        result = purge_tenant(tenant_slug="acme", older_than_days=30, actor=Actor.system("test"))
         # Same transaction, after the purge: the setting is off again.
         assert "append-only: DELETE" in refused(
-            lambda: AuditEvent.objects.filter(chain=ACME).delete())
+            lambda: AuditEvent.objects.filter(chain=ACME).delete()
+        )
     assert result.purged == 3
     assert verify_chain(ACME).ok
 
@@ -79,9 +82,11 @@ def test_checkpoints_are_append_only_too(record_events: Callable[..., Any]) -> N
         record_events(2)
     purge_tenant(tenant_slug="acme", older_than_days=30, actor=Actor.system("test"))
     assert "append-only: UPDATE on audit_retentioncheckpoint" in refused(
-        lambda: RetentionCheckpoint.objects.update(seq=1))
+        lambda: RetentionCheckpoint.objects.update(seq=1)
+    )
     assert "append-only: DELETE on audit_retentioncheckpoint" in refused(
-        lambda: RetentionCheckpoint.objects.all().delete())
+        lambda: RetentionCheckpoint.objects.all().delete()
+    )
 
 
 def test_deleting_a_task_leaves_its_audit_rows(make_task: Callable[..., Any]) -> None:

@@ -36,16 +36,26 @@ def _record_with_lock_timeout(tenant: Any) -> int:
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL lock_timeout = '2s'")
-        return record(action="task.created", actor=Actor.system("test"), tenant_id=tenant.pk,
-                      tenant_slug=tenant.slug, data={"probe": True}).seq
+        return record(
+            action="task.created",
+            actor=Actor.system("test"),
+            tenant_id=tenant.pk,
+            tenant_slug=tenant.slug,
+            data={"probe": True},
+        ).seq
 
 
 def test_a_writer_of_globex_does_not_wait_for_a_transaction_holding_acmes_head(
-        cast: dict[str, Any]) -> None:
+    cast: dict[str, Any],
+) -> None:
     acme, globex = cast["alice"]["tenant"], cast["bob"]["tenant"]
     for tenant in (acme, globex):
-        record(action="task.created", actor=Actor.system("test"), tenant_id=tenant.pk,
-               tenant_slug=tenant.slug)
+        record(
+            action="task.created",
+            actor=Actor.system("test"),
+            tenant_id=tenant.pk,
+            tenant_slug=tenant.slug,
+        )
     held, release = threading.Event(), threading.Event()
 
     def hold_acme_head() -> None:

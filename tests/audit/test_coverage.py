@@ -20,13 +20,33 @@ PACKAGES = ("mcptasks", "audit")
 
 # The list: every auditable lifecycle verb, logins, tokens, exports, purges.
 REQUIRED = {
-    "task.created", "task.started", "task.requeued", "task.input_requested",
-    "task.input_answered", "task.sleeping", "task.woken", "task.completed", "task.failed",
-    "task.cancel_requested", "task.cancelled", "task.force_cancelled", "effect.unknown",
-    "effect.reconciled", "task.expired", "task.purged", "task.input_timed_out",
-    "task.binding_changed", "delegation.granted", "delegation.revoked",
-    "auth.login", "auth.logout", "auth.login_failed", "token.issued", "token.revoked",
-    "audit.exported", "audit.purged",
+    "task.created",
+    "task.started",
+    "task.requeued",
+    "task.input_requested",
+    "task.input_answered",
+    "task.sleeping",
+    "task.woken",
+    "task.completed",
+    "task.failed",
+    "task.cancel_requested",
+    "task.cancelled",
+    "task.force_cancelled",
+    "effect.unknown",
+    "effect.reconciled",
+    "task.expired",
+    "task.purged",
+    "task.input_timed_out",
+    "task.binding_changed",
+    "delegation.granted",
+    "delegation.revoked",
+    "auth.login",
+    "auth.logout",
+    "auth.login_failed",
+    "token.issued",
+    "token.revoked",
+    "audit.exported",
+    "audit.purged",
 }
 WRITER = "record"
 
@@ -47,8 +67,12 @@ def source_files() -> Iterator[tuple[str, ast.Module]]:
 
 
 def string_literals() -> set[str]:
-    return {node.value for _, tree in source_files() for node in ast.walk(tree)
-            if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    return {
+        node.value
+        for _, tree in source_files()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
 
 
 def _callee(call: ast.Call) -> str:
@@ -74,8 +98,9 @@ def _resolve(node: ast.expr, module: str) -> set[str]:
         value = getattr(importlib.import_module(module), node.id, None)
         if isinstance(value, str):
             return {value}
-    raise AssertionError(f"{module}: an audit action that is not a known string: "
-                         f"{ast.unparse(node)}")
+    raise AssertionError(
+        f"{module}: an audit action that is not a known string: {ast.unparse(node)}"
+    )
 
 
 def recorded_actions() -> dict[str, set[str]]:
@@ -97,7 +122,8 @@ def recorded_actions() -> dict[str, set[str]]:
                         if isinstance(arg, ast.Name) and arg.id in params:
                             index = params.index(arg.id)
                             wrappers[function.name] = (
-                                index if index < len(function.args.args) else None)
+                                index if index < len(function.args.args) else None
+                            )
                             changed = True
     found: dict[str, set[str]] = {}
     for module, tree in files:
@@ -127,14 +153,18 @@ def test_every_action_the_code_records_is_in_the_table() -> None:
     recorded = recorded_actions()
     assert recorded["mcptasks.lifecycle"] >= {"task.created", "delegation.revoked"}
     assert {"token.issued", "auth.login_failed", "audit.exported", "audit.purged"} <= set().union(
-        *recorded.values())
+        *recorded.values()
+    )
     unlisted = set().union(*recorded.values()) - set(table_actions())
     assert not unlisted, f"recorded but not in docs/audit.md: {unlisted}"
 
 
 def test_every_lifecycle_verb_action_is_listed() -> None:
-    in_lifecycle = {value for value in string_literals()
-                    if re.fullmatch(r"(task|effect|delegation)\.[a-z_]+", value)}
+    in_lifecycle = {
+        value
+        for value in string_literals()
+        if re.fullmatch(r"(task|effect|delegation)\.[a-z_]+", value)
+    }
     lifecycle_source = Path(lifecycle.__file__).read_text()
     in_lifecycle = {action for action in in_lifecycle if f'"{action}"' in lifecycle_source}
     assert in_lifecycle == recorded_actions()["mcptasks.lifecycle"]
@@ -143,7 +173,8 @@ def test_every_lifecycle_verb_action_is_listed() -> None:
 
 @pytest.mark.django_db
 def test_progress_messages_and_lease_renewals_are_not_audited(
-        make_task: Callable[..., Any]) -> None:
+    make_task: Callable[..., Any],
+) -> None:
     task = lifecycle.task_claim(task_id=make_task().pk, worker="w")
     before = AuditEvent.objects.count()
     lifecycle.task_report(task_id=task.pk, attempt=task.attempt, message="50% done")
@@ -151,6 +182,6 @@ def test_progress_messages_and_lease_renewals_are_not_audited(
     lifecycle.task_renew_lease(task_id=task.pk, attempt=task.attempt)
     assert AuditEvent.objects.count() == before
     lifecycle.task_complete(task_id=task.pk, attempt=task.attempt, result={"content": []})
-    assert list(AuditEvent.objects.filter(task_id=task.pk).order_by("seq")
-                .values_list("action", flat=True)) == [
-        "task.created", "task.started", "task.completed"]
+    assert list(
+        AuditEvent.objects.filter(task_id=task.pk).order_by("seq").values_list("action", flat=True)
+    ) == ["task.created", "task.started", "task.completed"]

@@ -36,7 +36,8 @@ def check(content: bytes, manifest: dict[str, Any], **options: Any) -> Any:
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_an_export_verifies_and_holds_the_events_as_stored(
-        fmt: str, record_events: Callable[..., Any]) -> None:
+    fmt: str, record_events: Callable[..., Any]
+) -> None:
     events = record_events(5, tenant="acme")
     record_events(2, tenant="globex")
     content, manifest = export(ExportFilters(chain=ACME), fmt)
@@ -54,7 +55,8 @@ def test_an_export_verifies_and_holds_the_events_as_stored(
 
 
 def test_every_export_is_audited_in_the_exported_tenants_chain(
-        record_events: Callable[..., Any]) -> None:
+    record_events: Callable[..., Any],
+) -> None:
     record_events(3, tenant="acme")
     _, manifest = export(ExportFilters(chain=ACME, action="task.created"))
     event = AuditEvent.objects.get(chain=ACME, action="audit.exported")
@@ -76,7 +78,8 @@ def test_an_export_of_every_chain_is_audited_in_system(record_events: Callable[.
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 @pytest.mark.parametrize("where", [0.1, 0.5, 0.97])
 def test_an_export_edited_by_one_byte_does_not_verify(
-        fmt: str, where: float, record_events: Callable[..., Any]) -> None:
+    fmt: str, where: float, record_events: Callable[..., Any]
+) -> None:
     record_events(6)
     content, manifest = export(ExportFilters(chain=ACME), fmt)
     position = int(len(content) * where)
@@ -106,15 +109,19 @@ def test_a_dropped_row_does_not_verify(record_events: Callable[..., Any]) -> Non
     assert any("count: the file holds 3 events" in problem for problem in result.problems)
 
 
-@pytest.mark.parametrize("edit", [
-    lambda m: m.__setitem__("count", m["count"] - 1),
-    lambda m: m["filters"].__setitem__("action", "task.failed"),
-    lambda m: m.__setitem__("content_sha256", "0" * 64),
-    lambda m: m["chain_heads"][ACME].__setitem__("seq", 1),
-    lambda m: m.__setitem__("signature", m["signature"][:-4] + "AAA="),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.__setitem__("count", m["count"] - 1),
+        lambda m: m["filters"].__setitem__("action", "task.failed"),
+        lambda m: m.__setitem__("content_sha256", "0" * 64),
+        lambda m: m["chain_heads"][ACME].__setitem__("seq", 1),
+        lambda m: m.__setitem__("signature", m["signature"][:-4] + "AAA="),
+    ],
+)
 def test_an_edited_manifest_does_not_verify(
-        edit: Callable[[dict[str, Any]], None], record_events: Callable[..., Any]) -> None:
+    edit: Callable[[dict[str, Any]], None], record_events: Callable[..., Any]
+) -> None:
     record_events(3)
     content, manifest = export(ExportFilters(chain=ACME))
     edited = json.loads(json.dumps(manifest))
@@ -124,12 +131,14 @@ def test_an_edited_manifest_does_not_verify(
 
 
 def test_a_manifest_signed_by_another_key_needs_that_key_trusted(
-        record_events: Callable[..., Any]) -> None:
+    record_events: Callable[..., Any],
+) -> None:
     record_events(3)
     content, manifest = export(ExportFilters(chain=ACME))
     other = signing.derive_key("an attacker's key, or last year's")
-    resigned = signing.sign({k: v for k, v in manifest.items()
-                             if k not in ("signing", "signature")}, other)
+    resigned = signing.sign(
+        {k: v for k, v in manifest.items() if k not in ("signing", "signature")}, other
+    )
     assert resigned["signing"]["key_id"] != manifest["signing"]["key_id"]
     refused = check(content, resigned)
     assert not refused.ok and "not a trusted signing key" in refused.problems[0]
@@ -138,7 +147,8 @@ def test_a_manifest_signed_by_another_key_needs_that_key_trusted(
 
 
 def test_signing_key_is_derived_deterministically_and_rotates_with_the_setting(
-        settings: Any) -> None:
+    settings: Any,
+) -> None:
     first = signing.current_key()
     assert signing.current_key().key_id == first.key_id
     settings.AUDIT_SIGNING_KEY = "a rotated signing secret"
@@ -149,7 +159,8 @@ def test_signing_key_is_derived_deterministically_and_rotates_with_the_setting(
 
 
 def test_an_event_changed_in_the_database_after_export_does_not_verify(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(4)
     content, manifest = export(ExportFilters(chain=ACME))
     with tamper():
@@ -158,8 +169,7 @@ def test_an_event_changed_in_the_database_after_export_does_not_verify(
     assert f"{ACME} seq 2: the stored event differs (actor_display)" in result.problems
 
 
-def test_filters_select_actor_action_task_and_time_range(
-        record_events: Callable[..., Any]) -> None:
+def test_filters_select_actor_action_task_and_time_range(record_events: Callable[..., Any]) -> None:
     start = timezone.now()
     with time_machine.travel(start, tick=False):
         record_events(2, actor="alice", action="task.created", task_id="t-1")
@@ -181,7 +191,8 @@ def test_filters_select_actor_action_task_and_time_range(
 
 
 def test_the_stream_yields_chunk_by_chunk_and_stops_at_the_heads_it_started_with(
-        record_events: Callable[..., Any]) -> None:
+    record_events: Callable[..., Any],
+) -> None:
     record_events(7)
     stream = ExportStream(filters=ExportFilters(chain=ACME), format="jsonl", chunk_rows=3)
     record_events(2)  # written after the export began: not in it, as the heads say
@@ -192,11 +203,22 @@ def test_the_stream_yields_chunk_by_chunk_and_stops_at_the_heads_it_started_with
 
 
 def test_export_commands_write_file_and_manifest_that_verify(
-        tmp_path: Path, record_events: Callable[..., Any], users: dict[str, Any]) -> None:
+    tmp_path: Path, record_events: Callable[..., Any], users: dict[str, Any]
+) -> None:
     record_events(3)
     out = tmp_path / "acme.csv"
-    call_command("export_audit", "--format", "csv", "--out", str(out), "--tenant", "acme",
-                 "--as", "carl", stdout=io.StringIO())
+    call_command(
+        "export_audit",
+        "--format",
+        "csv",
+        "--out",
+        str(out),
+        "--tenant",
+        "acme",
+        "--as",
+        "carl",
+        stdout=io.StringIO(),
+    )
     manifest_path = tmp_path / "acme.csv.manifest.json"
     assert json.loads(manifest_path.read_text())["count"] == 3
     exported = AuditEvent.objects.get(action="audit.exported")
@@ -212,30 +234,51 @@ def test_export_commands_write_file_and_manifest_that_verify(
 
 
 def test_verify_export_accepts_a_retired_key_given_on_the_command_line(
-        tmp_path: Path, record_events: Callable[..., Any], settings: Any) -> None:
+    tmp_path: Path, record_events: Callable[..., Any], settings: Any
+) -> None:
     record_events(2)
     out = tmp_path / "acme.jsonl"
-    call_command("export_audit", "--format", "jsonl", "--out", str(out), "--chain", ACME,
-                 stdout=io.StringIO())
+    call_command(
+        "export_audit",
+        "--format",
+        "jsonl",
+        "--out",
+        str(out),
+        "--chain",
+        ACME,
+        stdout=io.StringIO(),
+    )
     manifest_path = Path(f"{out}.manifest.json")
     old_public_key = json.loads(manifest_path.read_text())["signing"]["public_key"]
     settings.AUDIT_SIGNING_KEY = "rotated"
     with pytest.raises(CommandError):
         call_command("verify_export", str(out), str(manifest_path), stdout=io.StringIO())
-    call_command("verify_export", str(out), str(manifest_path), "--public-key", old_public_key,
-                 stdout=io.StringIO())
+    call_command(
+        "verify_export",
+        str(out),
+        str(manifest_path),
+        "--public-key",
+        old_public_key,
+        stdout=io.StringIO(),
+    )
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_times_are_exported_exactly_as_hashed_with_or_without_microseconds(
-        fmt: str, record_events: Callable[..., Any]) -> None:
+    fmt: str, record_events: Callable[..., Any]
+) -> None:
     whole_second = timezone.now().replace(microsecond=0) - timedelta(days=1)
-    for moment in (whole_second, whole_second.replace(microsecond=5),
-                   whole_second.replace(microsecond=120000)):
+    for moment in (
+        whole_second,
+        whole_second.replace(microsecond=5),
+        whole_second.replace(microsecond=120000),
+    ):
         with time_machine.travel(moment, tick=False):
             record_events(1)
-    expected = [event.created_at.isoformat() for event in
-                AuditEvent.objects.filter(chain=ACME).order_by("seq")]
+    expected = [
+        event.created_at.isoformat()
+        for event in AuditEvent.objects.filter(chain=ACME).order_by("seq")
+    ]
     assert "." not in expected[0] and expected[1].endswith(".000005+00:00")
     content, manifest = export(ExportFilters(chain=ACME), fmt)
     for stamp in expected:

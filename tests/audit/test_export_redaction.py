@@ -17,12 +17,17 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize("fmt", ["jsonl", "csv"])
 def test_exports_of_tasks_created_with_secret_arguments_hold_no_secret(
-        fmt: str, make_task: Callable[..., Any]) -> None:
+    fmt: str, make_task: Callable[..., Any]
+) -> None:
     for case in CORPUS:
         make_task(arguments={"payload": case.payload}, sensitive_keys=case.sensitive_keys)
     out = io.BytesIO()
-    manifest = export_to_file(ExportFilters(chain="tenant:acme", action="task.created"), fmt,
-                              out, actor=Actor.system("test"))
+    manifest = export_to_file(
+        ExportFilters(chain="tenant:acme", action="task.created"),
+        fmt,
+        out,
+        actor=Actor.system("test"),
+    )
     assert manifest["count"] == len(CORPUS)
     text = out.getvalue().decode()
     secrets = [secret for case in CORPUS for secret in case.secrets]

@@ -36,14 +36,16 @@ def aged(record_events: Callable[..., Any]) -> Callable[..., list[AuditEvent]]:
 
 
 def test_purge_deletes_old_events_leaves_a_checkpoint_and_is_audited(
-        aged: Callable[..., Any]) -> None:
+    aged: Callable[..., Any],
+) -> None:
     old = aged(4, days_ago=40)
     aged(3, days_ago=5)
     aged(2, days_ago=40, tenant="globex")
     result = purge_tenant(tenant_slug="acme", older_than_days=30, actor=SYSTEM)
     assert (result.purged, result.checkpoint_seq, result.checkpoint_hash) == (4, 4, old[-1].hash)
-    assert list(AuditEvent.objects.filter(chain=ACME).values_list("seq", flat=True)
-                .order_by("seq")) == [5, 6, 7, 8]
+    assert list(
+        AuditEvent.objects.filter(chain=ACME).values_list("seq", flat=True).order_by("seq")
+    ) == [5, 6, 7, 8]
     checkpoint = RetentionCheckpoint.objects.get(chain=ACME)
     assert (checkpoint.seq, checkpoint.hash, checkpoint.purged) == (4, old[-1].hash, 4)
     purged = AuditEvent.objects.get(chain=ACME, action="audit.purged")
@@ -58,8 +60,7 @@ def test_purge_deletes_old_events_leaves_a_checkpoint_and_is_audited(
 def test_verify_audit_passes_after_retention(aged: Callable[..., Any]) -> None:
     aged(3, days_ago=100)
     aged(2, days_ago=1)
-    call_command("purge_audit", "--tenant", "acme", "--older-than-days", "30",
-                 stdout=io.StringIO())
+    call_command("purge_audit", "--tenant", "acme", "--older-than-days", "30", stdout=io.StringIO())
     output = io.StringIO()
     call_command("verify_audit", stdout=output)
     assert "tenant:acme: 3 events after checkpoint seq 3" in output.getvalue()
@@ -79,8 +80,7 @@ def test_purges_repeat_and_each_starts_where_the_last_ended(aged: Callable[..., 
     assert AuditEvent.objects.filter(chain=ACME, action="audit.purged").count() == 2
 
 
-def test_purge_removes_only_a_prefix_even_if_clocks_disagree(
-        aged: Callable[..., Any]) -> None:
+def test_purge_removes_only_a_prefix_even_if_clocks_disagree(aged: Callable[..., Any]) -> None:
     aged(2, days_ago=90)
     aged(1, days_ago=1)
     aged(2, days_ago=90)  # recorded later but stamped older (a skewed clock)
@@ -96,8 +96,9 @@ def test_a_broken_chain_is_not_purged(aged: Callable[..., Any], tamper: Callable
         purge_tenant(tenant_slug="acme", older_than_days=30, actor=SYSTEM)
     assert AuditEvent.objects.filter(chain=ACME).count() == 4
     with pytest.raises(CommandError, match="seq 2: hash mismatch"):
-        call_command("purge_audit", "--tenant", "acme", "--older-than-days", "30",
-                     stdout=io.StringIO())
+        call_command(
+            "purge_audit", "--tenant", "acme", "--older-than-days", "30", stdout=io.StringIO()
+        )
 
 
 def test_bad_requests_are_refused(cast: dict[str, Any]) -> None:
@@ -109,8 +110,9 @@ def test_bad_requests_are_refused(cast: dict[str, Any]) -> None:
         call_command("purge_audit", "--tenant", "acme", stdout=io.StringIO())
 
 
-def test_policies_set_each_tenants_retention(aged: Callable[..., Any],
-                                             cast: dict[str, Any]) -> None:
+def test_policies_set_each_tenants_retention(
+    aged: Callable[..., Any], cast: dict[str, Any]
+) -> None:
     aged(2, days_ago=20)
     aged(2, days_ago=20, tenant="globex")
     RetentionPolicy.objects.create(tenant=cast["alice"]["tenant"], keep_days=10)
@@ -122,19 +124,20 @@ def test_policies_set_each_tenants_retention(aged: Callable[..., Any],
     assert "tenant:acme: nothing older to purge" in output.getvalue()
 
 
-def test_a_forged_checkpoint_is_caught(aged: Callable[..., Any],
-                                       tamper: Callable[[], Any]) -> None:
+def test_a_forged_checkpoint_is_caught(aged: Callable[..., Any], tamper: Callable[[], Any]) -> None:
     events = aged(5, days_ago=90)
     with tamper():  # "retention" by hand: events deleted, a checkpoint made up
         AuditEvent.objects.filter(chain=ACME, seq__lte=2).delete()
-        RetentionCheckpoint.objects.create(chain=ACME, seq=2, hash=events[1].hash, purged=2,
-                                           cutoff=timezone.now())
+        RetentionCheckpoint.objects.create(
+            chain=ACME, seq=2, hash=events[1].hash, purged=2, cutoff=timezone.now()
+        )
     broken = verify_chain(ACME).broken
     assert broken is not None and (broken.seq, broken.kind) == (2, CHECKPOINT_MISMATCH)
 
 
-def test_a_deleted_or_altered_checkpoint_is_caught(aged: Callable[..., Any],
-                                                   tamper: Callable[[], Any]) -> None:
+def test_a_deleted_or_altered_checkpoint_is_caught(
+    aged: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     aged(3, days_ago=90)
     aged(1, days_ago=1)
     purge_tenant(tenant_slug="acme", older_than_days=30, actor=SYSTEM)
@@ -156,8 +159,9 @@ def test_an_export_made_before_a_purge_still_verifies(aged: Callable[..., Any]) 
     purge_tenant(tenant_slug="acme", older_than_days=30, actor=SYSTEM)
     result = verify_export(io.BytesIO(out.getvalue()), manifest)
     assert result.ok, result.problems
-    assert result.notes == [f"{ACME}: 3 exported events were purged by retention since; "
-                            "not compared"]
+    assert result.notes == [
+        f"{ACME}: 3 exported events were purged by retention since; not compared"
+    ]
     after = io.BytesIO()
     manifest = export_to_file(ExportFilters(chain=ACME), "csv", after, actor=SYSTEM)
     assert manifest["checkpoints"][ACME]["seq"] == 3

@@ -42,16 +42,17 @@ def test_intact_chains_verify(record_events: Callable[..., Any]) -> None:
     record_events(3, tenant="globex")
     record_events(2, tenant=None)
     reports = {report.chain: report for report in verify_chains()}
-    assert {chain: (report.ok, report.events, report.last_seq)
-            for chain, report in reports.items()} == {
-        ACME: (True, 5, 5), "tenant:globex": (True, 3, 3), "system": (True, 2, 2)}
+    assert {
+        chain: (report.ok, report.events, report.last_seq) for chain, report in reports.items()
+    } == {ACME: (True, 5, 5), "tenant:globex": (True, 3, 3), "system": (True, 2, 2)}
     assert reports[ACME].last_hash == ChainHead.objects.get(chain=ACME).hash
     ok, output = run_verify()
     assert ok and "ok      tenant:acme: 5 events" in output and "audit chains intact" in output
 
 
 def test_verify_audit_checks_one_chain_and_refuses_an_unknown_one(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(3, tenant="acme")
     record_events(3, tenant="globex")
     with tamper():
@@ -64,7 +65,8 @@ def test_verify_audit_checks_one_chain_and_refuses_an_unknown_one(
 
 
 def test_updated_content_is_a_hash_mismatch_at_that_event(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(6)
     with tamper():
         AuditEvent.objects.filter(chain=ACME, seq=4).update(data={"index": 3, "note": "edited"})
@@ -75,7 +77,8 @@ def test_updated_content_is_a_hash_mismatch_at_that_event(
 
 
 def test_updated_time_or_actor_is_a_hash_mismatch(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     events = record_events(4)
     with tamper():
         AuditEvent.objects.filter(pk=events[1].pk).update(actor_display="mallory")
@@ -85,22 +88,41 @@ def test_updated_time_or_actor_is_a_hash_mismatch(
 
 
 def test_content_and_hash_rewritten_together_break_the_next_link(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(5)
-    row = AuditEvent.objects.filter(chain=ACME, seq=3).values_list(
-        "chain", "seq", "created_at", "tenant_id", "actor_kind", "actor_id", "actor_display",
-        "action", "task_id", "data", "request_id", "prev_hash", "hash").get()
+    row = (
+        AuditEvent.objects.filter(chain=ACME, seq=3)
+        .values_list(
+            "chain",
+            "seq",
+            "created_at",
+            "tenant_id",
+            "actor_kind",
+            "actor_id",
+            "actor_display",
+            "action",
+            "task_id",
+            "data",
+            "request_id",
+            "prev_hash",
+            "hash",
+        )
+        .get()
+    )
     forged = body_of_row(row)
     forged["data"] = {"index": 2, "note": "nothing happened"}
     with tamper():
         AuditEvent.objects.filter(chain=ACME, seq=3).update(
-            data=forged["data"], hash=link_hash(row[-2], forged))
+            data=forged["data"], hash=link_hash(row[-2], forged)
+        )
     broken = verify_chain(ACME).broken
     assert broken is not None and (broken.seq, broken.kind) == (4, PREV_HASH_MISMATCH)
 
 
 def test_deleted_event_is_a_seq_gap_at_its_place(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(6)
     with tamper():
         AuditEvent.objects.filter(chain=ACME, seq=3).delete()
@@ -110,7 +132,8 @@ def test_deleted_event_is_a_seq_gap_at_its_place(
 
 
 def test_deleted_last_event_is_caught_by_the_head(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(4)
     with tamper():
         AuditEvent.objects.filter(chain=ACME, seq=4).delete()
@@ -119,7 +142,8 @@ def test_deleted_last_event_is_caught_by_the_head(
 
 
 def test_deleted_first_event_is_a_seq_gap_at_one(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(3)
     with tamper():
         AuditEvent.objects.filter(chain=ACME, seq=1).delete()
@@ -131,20 +155,44 @@ def _forge_after(chain: str, seq: int, **changes: Any) -> AuditEvent:
     """An event that links correctly to event ``seq`` of ``chain``, as a forger would make it."""
     previous = AuditEvent.objects.get(chain=chain, seq=seq)
     event = AuditEvent(
-        chain=chain, seq=seq + 1, created_at=previous.created_at, tenant_id=previous.tenant_id,
-        actor_kind="operator", actor_id="99", actor_display="mallory", action="task.created",
-        task_id="forged", data={"forged": True}, request_id="", prev_hash=previous.hash)
+        chain=chain,
+        seq=seq + 1,
+        created_at=previous.created_at,
+        tenant_id=previous.tenant_id,
+        actor_kind="operator",
+        actor_id="99",
+        actor_display="mallory",
+        action="task.created",
+        task_id="forged",
+        data={"forged": True},
+        request_id="",
+        prev_hash=previous.hash,
+    )
     for name, value in changes.items():
         setattr(event, name, value)
-    row = [getattr(event, name) for name in (
-        "chain", "seq", "created_at", "tenant_id", "actor_kind", "actor_id", "actor_display",
-        "action", "task_id", "data", "request_id")]
+    row = [
+        getattr(event, name)
+        for name in (
+            "chain",
+            "seq",
+            "created_at",
+            "tenant_id",
+            "actor_kind",
+            "actor_id",
+            "actor_display",
+            "action",
+            "task_id",
+            "data",
+            "request_id",
+        )
+    ]
     event.hash = link_hash(event.prev_hash, body_of_row(row))
     return event
 
 
 def test_inserted_event_after_the_head_is_a_head_mismatch(
-        record_events: Callable[..., Any]) -> None:
+    record_events: Callable[..., Any],
+) -> None:
     record_events(4)
     _forge_after(ACME, 4).save()  # an INSERT: the trigger only guards UPDATE and DELETE
     broken = verify_chain(ACME).broken
@@ -152,7 +200,8 @@ def test_inserted_event_after_the_head_is_a_head_mismatch(
 
 
 def test_inserted_event_in_the_middle_breaks_the_link_after_it(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(6)
     forged = _forge_after(ACME, 3)
     with tamper():
@@ -165,7 +214,8 @@ def test_inserted_event_in_the_middle_breaks_the_link_after_it(
 
 
 def test_reordered_events_break_at_the_first_moved_one(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(6)
     with tamper():
         AuditEvent.objects.filter(chain=ACME, seq=3).update(seq=-3)
@@ -185,7 +235,8 @@ def test_head_moved_back_is_a_head_mismatch(record_events: Callable[..., Any]) -
 
 
 def test_tampering_one_chain_leaves_the_others_verified(
-        record_events: Callable[..., Any], tamper: Callable[[], Any]) -> None:
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
     record_events(3, tenant="acme")
     record_events(3, tenant="globex")
     with tamper():

@@ -21,8 +21,10 @@ WORKER = "test-worker"
 @pytest.fixture
 def actors(users: dict[str, Any]) -> dict[str, Actor]:
     """An Actor per cast member (dashboard users; operators act as ``operator``)."""
-    return {name: Actor.for_user(user, kind="operator" if name == "olga" else "user")
-            for name, user in users.items()}
+    return {
+        name: Actor.for_user(user, kind="operator" if name == "olga" else "user")
+        for name, user in users.items()
+    }
 
 
 @pytest.fixture
@@ -34,8 +36,12 @@ def task_in(make_task: Callable[..., Task], actors: dict[str, Actor]) -> Callabl
     step ``deploy``; pass ``requests`` to ask something else.
     """
 
-    def make(state: str, owner: str = "alice",
-             requests: list[lifecycle.InputSpec] | None = None, **options: Any) -> Task:
+    def make(
+        state: str,
+        owner: str = "alice",
+        requests: list[lifecycle.InputSpec] | None = None,
+        **options: Any,
+    ) -> Task:
         task = make_task(owner=owner, **options)
         if state == S.QUEUED:
             return task
@@ -44,31 +50,46 @@ def task_in(make_task: Callable[..., Task], actors: dict[str, Actor]) -> Callabl
         if state == S.RUNNING:
             pass
         elif state == S.SLEEPING:
-            task = lifecycle.task_sleep(task_id=task.pk, attempt=attempt,
-                                        wake_at=timezone.now() + timedelta(hours=1))
+            task = lifecycle.task_sleep(
+                task_id=task.pk, attempt=attempt, wake_at=timezone.now() + timedelta(hours=1)
+            )
         elif state in (S.AWAITING_INPUT, S.AWAITING_OPERATOR):
             if requests is None:
                 audience = Audience.CLIENT if state == S.AWAITING_INPUT else Audience.OPERATOR
                 key = "q" if state == S.AWAITING_INPUT else "approve"
-                requests = [lifecycle.InputSpec(key=key, method="elicitation/create",
-                                                params={"message": key}, audience=audience)]
-            task = lifecycle.task_request_input(task_id=task.pk, attempt=attempt,
-                                                requests=requests)
+                requests = [
+                    lifecycle.InputSpec(
+                        key=key,
+                        method="elicitation/create",
+                        params={"message": key},
+                        audience=audience,
+                    )
+                ]
+            task = lifecycle.task_request_input(task_id=task.pk, attempt=attempt, requests=requests)
         elif state == S.NEEDS_RECONCILIATION:
-            lifecycle.task_effect_intended(task_id=task.pk, attempt=attempt, step="deploy",
-                                           idempotency_key=f"{task.pk}:deploy", idempotent=False)
-            task = lifecycle.task_mark_effect_unknown(task_id=task.pk, attempt=attempt,
-                                                      step="deploy")
+            lifecycle.task_effect_intended(
+                task_id=task.pk,
+                attempt=attempt,
+                step="deploy",
+                idempotency_key=f"{task.pk}:deploy",
+                idempotent=False,
+            )
+            task = lifecycle.task_mark_effect_unknown(
+                task_id=task.pk, attempt=attempt, step="deploy"
+            )
         elif state == S.COMPLETED:
-            task = lifecycle.task_complete(task_id=task.pk, attempt=attempt,
-                                           result={"content": [], "isError": False})
+            task = lifecycle.task_complete(
+                task_id=task.pk, attempt=attempt, result={"content": [], "isError": False}
+            )
         elif state == S.FAILED:
-            task = lifecycle.task_fail(task_id=task.pk, attempt=attempt,
-                                       actor=Actor.system("worker"),
-                                       error=lifecycle.error_object("boom"))
+            task = lifecycle.task_fail(
+                task_id=task.pk,
+                attempt=attempt,
+                actor=Actor.system("worker"),
+                error=lifecycle.error_object("boom"),
+            )
         elif state == S.CANCELLED:
-            task = lifecycle.task_force_cancel(task_id=task.pk, actor=actors["olga"],
-                                               reason="test")
+            task = lifecycle.task_force_cancel(task_id=task.pk, actor=actors["olga"], reason="test")
         else:
             raise ValueError(state)
         assert task.state == state
@@ -82,8 +103,11 @@ def audit_actions() -> Callable[[str], list[str]]:
     """The audit actions recorded for a task id, oldest first."""
 
     def actions(task_id: str) -> list[str]:
-        return list(AuditEvent.objects.filter(task_id=task_id).order_by("id")
-                    .values_list("action", flat=True))
+        return list(
+            AuditEvent.objects.filter(task_id=task_id)
+            .order_by("id")
+            .values_list("action", flat=True)
+        )
 
     return actions
 
@@ -110,6 +134,7 @@ def expire_lease() -> Callable[[str], None]:
 
     def expire(task_id: str) -> None:
         Task.objects.filter(pk=task_id).update(
-            lease_expires_at=timezone.now() - timedelta(minutes=1))
+            lease_expires_at=timezone.now() - timedelta(minutes=1)
+        )
 
     return expire

@@ -77,8 +77,9 @@ CAN = [
 ]
 
 
-@pytest.mark.parametrize("actor, action, task, allowed", CAN,
-                         ids=[f"{u}-{a.value}-{t}" for u, a, t, _ in CAN])
+@pytest.mark.parametrize(
+    "actor, action, task, allowed", CAN, ids=[f"{u}-{a.value}-{t}" for u, a, t, _ in CAN]
+)
 def test_can(actor, action, task, allowed, users, tasks):
     decision = access.can(users[actor], action, tasks[task])
     assert bool(decision) is allowed
@@ -107,7 +108,8 @@ VISIBLE = {
 
 @pytest.mark.parametrize("actor", sorted(VISIBLE))
 def test_visible_tasks_is_one_query_returning_exactly_what_the_actor_may_see(
-        actor, users, tasks, django_assert_num_queries):
+    actor, users, tasks, django_assert_num_queries
+):
     names = {task.pk: name for name, task in tasks.items()}
 
     with django_assert_num_queries(1):
@@ -123,14 +125,19 @@ def initech_task(cast: Any) -> Task:
     ian = get_user_model().objects.create(username="ian")
     Membership.objects.create(user=ian, tenant=tenant, role=Role.MEMBER)
     task, _ = lifecycle.task_create(
-        spec=lifecycle.NewTask(tenant_id=tenant.pk, principal_id=ian.pk, tool_name="echo_task",
-                               arguments={}, policy_revision="test"),
-        actor=Actor.for_user(ian, kind="principal"))
+        spec=lifecycle.NewTask(
+            tenant_id=tenant.pk,
+            principal_id=ian.pk,
+            tool_name="echo_task",
+            arguments={},
+            policy_revision="test",
+        ),
+        actor=Actor.for_user(ian, kind="principal"),
+    )
     return task
 
 
-def test_visible_tasks_agrees_with_can_view_for_every_actor_and_task(users, tasks,
-                                                                     initech_task):
+def test_visible_tasks_agrees_with_can_view_for_every_actor_and_task(users, tasks, initech_task):
     every_task = [*tasks.values(), initech_task]
     for name, user in users.items():
         visible = set(access.visible_tasks(user).values_list("pk", flat=True))
@@ -142,7 +149,8 @@ def test_tenant_roles_do_not_reach_a_tenant_without_membership(users, initech_ta
     for name in ("alice", "amy", "bob", "carl"):
         assert not access.can(users[name], A.VIEW, initech_task), name
         assert initech_task.pk not in set(
-            access.visible_tasks(users[name]).values_list("pk", flat=True)), name
+            access.visible_tasks(users[name]).values_list("pk", flat=True)
+        ), name
 
 
 def test_staff_operator_acts_in_every_tenant(users, initech_task):
@@ -166,29 +174,34 @@ def test_delegation_granted_then_revoked(users, tasks, actors):
     assert not access.can(adam, A.GRANT, task)
 
     for delegation in ("view", "answer"):
-        lifecycle.task_grant_delegation(task_id=task.pk, actor=actors["olga"], grantee=adam,
-                                        delegation=delegation)
+        lifecycle.task_grant_delegation(
+            task_id=task.pk, actor=actors["olga"], grantee=adam, delegation=delegation
+        )
 
     assert access.can(adam, A.VIEW, task)
     assert access.can(adam, A.ANSWER, task)
     assert not access.can(adam, A.CANCEL, task)
     assert not access.can(adam, A.VIEW, other)
     assert set(access.visible_tasks(adam).values_list("pk", flat=True)) == {
-        task.pk, tasks["adam_task"].pk}
+        task.pk,
+        tasks["adam_task"].pk,
+    }
     assert sorted(d for _, d in access.delegations_of(task)) == ["answer", "view"]
 
     for delegation in ("view", "answer"):
-        lifecycle.task_grant_delegation(task_id=task.pk, actor=actors["olga"], grantee=adam,
-                                        delegation=delegation, revoke=True)
+        lifecycle.task_grant_delegation(
+            task_id=task.pk, actor=actors["olga"], grantee=adam, delegation=delegation, revoke=True
+        )
 
     assert not access.can(adam, A.VIEW, task)
     assert not access.can(adam, A.ANSWER, task)
-    assert set(access.visible_tasks(adam).values_list("pk", flat=True)) == {
-        tasks["adam_task"].pk}
+    assert set(access.visible_tasks(adam).values_list("pk", flat=True)) == {tasks["adam_task"].pk}
     assert access.delegations_of(task) == []
-    events = list(AuditEvent.objects.filter(task_id=task.pk, action__startswith="delegation.")
-                  .order_by("id").values_list("action", "actor_id", "data__grantee",
-                                              "data__delegation"))
+    events = list(
+        AuditEvent.objects.filter(task_id=task.pk, action__startswith="delegation.")
+        .order_by("id")
+        .values_list("action", "actor_id", "data__grantee", "data__delegation")
+    )
     olga_id = str(olga.pk)
     assert events == [
         ("delegation.granted", olga_id, "adam", "view"),
@@ -200,16 +213,21 @@ def test_delegation_granted_then_revoked(users, tasks, actors):
 
 def test_answer_delegation_alone_lets_the_delegate_see_the_task(users, tasks, actors):
     adam, task = users["adam"], tasks["alice_task"]
-    lifecycle.task_grant_delegation(task_id=task.pk, actor=actors["olga"], grantee=adam,
-                                    delegation="answer")
+    lifecycle.task_grant_delegation(
+        task_id=task.pk, actor=actors["olga"], grantee=adam, delegation="answer"
+    )
     assert access.can(adam, A.VIEW, task)
     assert access.visible_tasks(adam).filter(pk=task.pk).exists()
 
 
 def test_unknown_delegation_is_refused(users, tasks, actors):
     with pytest.raises(ValueError):
-        lifecycle.task_grant_delegation(task_id=tasks["alice_task"].pk, actor=actors["olga"],
-                                        grantee=users["adam"], delegation="cancel")
+        lifecycle.task_grant_delegation(
+            task_id=tasks["alice_task"].pk,
+            actor=actors["olga"],
+            grantee=users["adam"],
+            delegation="cancel",
+        )
     assert not AuditEvent.objects.filter(action__startswith="delegation.").exists()
 
 
@@ -218,17 +236,32 @@ def test_unknown_delegation_is_refused(users, tasks, actors):
 def asking_task(task_in: Any) -> Task:
     """An alice task waiting on one request of each audience, plus two approval gates that
     forbid self-approval."""
-    return task_in(TaskState.AWAITING_INPUT, requests=[
-        InputSpec(key="client", method="elicitation/create", params={},
-                  audience=Audience.CLIENT),
-        InputSpec(key="operator", method="elicitation/create", params={},
-                  audience=Audience.OPERATOR),
-        InputSpec(key="any", method="elicitation/create", params={}, audience=Audience.ANY),
-        InputSpec(key="gate", method="elicitation/create", params={}, audience=Audience.ANY,
-                  forbid_self_approval=True),
-        InputSpec(key="operator_gate", method="elicitation/create", params={},
-                  audience=Audience.OPERATOR, forbid_self_approval=True),
-    ])
+    return task_in(
+        TaskState.AWAITING_INPUT,
+        requests=[
+            InputSpec(
+                key="client", method="elicitation/create", params={}, audience=Audience.CLIENT
+            ),
+            InputSpec(
+                key="operator", method="elicitation/create", params={}, audience=Audience.OPERATOR
+            ),
+            InputSpec(key="any", method="elicitation/create", params={}, audience=Audience.ANY),
+            InputSpec(
+                key="gate",
+                method="elicitation/create",
+                params={},
+                audience=Audience.ANY,
+                forbid_self_approval=True,
+            ),
+            InputSpec(
+                key="operator_gate",
+                method="elicitation/create",
+                params={},
+                audience=Audience.OPERATOR,
+                forbid_self_approval=True,
+            ),
+        ],
+    )
 
 
 # (actor, request key, allowed)
@@ -259,8 +292,9 @@ MAY_ANSWER = [
 ]
 
 
-@pytest.mark.parametrize("actor, key, allowed", MAY_ANSWER,
-                         ids=[f"{u}-{k}" for u, k, _ in MAY_ANSWER])
+@pytest.mark.parametrize(
+    "actor, key, allowed", MAY_ANSWER, ids=[f"{u}-{k}" for u, k, _ in MAY_ANSWER]
+)
 def test_may_answer(actor, key, allowed, users, asking_task):
     request = InputRequest.objects.get(task=asking_task, key=key)
     decision = access.may_answer(users[actor], request, asking_task)
@@ -271,29 +305,39 @@ def test_may_answer(actor, key, allowed, users, asking_task):
 
 def test_self_approval_is_refused_even_to_an_operator_who_asked(task_in, users):
     # olga's own task: her operator role does not let her approve her own gate.
-    task = task_in(TaskState.AWAITING_OPERATOR, owner="olga", requests=[
-        InputSpec(key="gate", method="elicitation/create", params={},
-                  audience=Audience.OPERATOR, forbid_self_approval=True)])
+    task = task_in(
+        TaskState.AWAITING_OPERATOR,
+        owner="olga",
+        requests=[
+            InputSpec(
+                key="gate",
+                method="elicitation/create",
+                params={},
+                audience=Audience.OPERATOR,
+                forbid_self_approval=True,
+            )
+        ],
+    )
     request = InputRequest.objects.get(task=task, key="gate")
     assert not access.may_answer(users["olga"], request, task)
-    assert access.may_answer(users["olga"], InputRequest(
-        audience=Audience.OPERATOR), task)
+    assert access.may_answer(users["olga"], InputRequest(audience=Audience.OPERATOR), task)
 
 
-def test_named_approver_may_answer_operator_requests_until_revoked(users, asking_task,
-                                                                   actors):
+def test_named_approver_may_answer_operator_requests_until_revoked(users, asking_task, actors):
     adam = users["adam"]
     requests = {r.key: r for r in InputRequest.objects.filter(task=asking_task)}
-    lifecycle.task_grant_delegation(task_id=asking_task.pk, actor=actors["olga"], grantee=adam,
-                                    delegation="answer")
+    lifecycle.task_grant_delegation(
+        task_id=asking_task.pk, actor=actors["olga"], grantee=adam, delegation="answer"
+    )
 
     assert access.may_answer(adam, requests["operator"], asking_task)
     assert access.may_answer(adam, requests["any"], asking_task)
     assert access.may_answer(adam, requests["gate"], asking_task)
     assert not access.may_answer(adam, requests["client"], asking_task)
 
-    lifecycle.task_grant_delegation(task_id=asking_task.pk, actor=actors["olga"], grantee=adam,
-                                    delegation="answer", revoke=True)
+    lifecycle.task_grant_delegation(
+        task_id=asking_task.pk, actor=actors["olga"], grantee=adam, delegation="answer", revoke=True
+    )
 
     assert not access.may_answer(adam, requests["operator"], asking_task)
     assert not access.may_answer(adam, requests["any"], asking_task)
@@ -301,8 +345,9 @@ def test_named_approver_may_answer_operator_requests_until_revoked(users, asking
 
 def test_view_delegation_does_not_let_the_delegate_answer(users, asking_task, actors):
     adam = users["adam"]
-    lifecycle.task_grant_delegation(task_id=asking_task.pk, actor=actors["olga"], grantee=adam,
-                                    delegation="view")
+    lifecycle.task_grant_delegation(
+        task_id=asking_task.pk, actor=actors["olga"], grantee=adam, delegation="view"
+    )
     request = InputRequest.objects.get(task=asking_task, key="operator")
     assert access.can(adam, A.VIEW, asking_task)
     assert not access.may_answer(adam, request, asking_task)
@@ -310,8 +355,9 @@ def test_view_delegation_does_not_let_the_delegate_answer(users, asking_task, ac
 
 def test_answerable_requests_by_channel(users, asking_task):
     def keys(name: str, channel: str) -> list[str]:
-        return [r.key for r in access.answerable_requests(users[name], asking_task,
-                                                          channel=channel)]
+        return [
+            r.key for r in access.answerable_requests(users[name], asking_task, channel=channel)
+        ]
 
     # The client sees only client / any requests on the wire, and not her own gate.
     assert keys("alice", "mcp") == ["client", "any"]

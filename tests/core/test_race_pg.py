@@ -18,8 +18,10 @@ from mcptasks.models import Task, TaskState
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
 ITERATIONS = 100
-OUTCOME = {"complete": (TaskState.COMPLETED, "task.completed"),
-           "force_cancel": (TaskState.CANCELLED, "task.force_cancelled")}
+OUTCOME = {
+    "complete": (TaskState.COMPLETED, "task.completed"),
+    "force_cancel": (TaskState.CANCELLED, "task.force_cancelled"),
+}
 
 
 def _race(contenders: dict[str, Callable[[], Any]]) -> dict[str, BaseException | None]:
@@ -54,12 +56,16 @@ def test_complete_and_force_cancel_race_has_exactly_one_winner(task_in, actors):
     for _ in range(ITERATIONS):
         task = task_in(TaskState.RUNNING)
 
-        outcomes = _race({
-            "complete": lambda task=task: lifecycle.task_complete(
-                task_id=task.pk, attempt=task.attempt, result={"content": []}),
-            "force_cancel": lambda task=task: lifecycle.task_force_cancel(
-                task_id=task.pk, actor=actors["olga"], reason="race"),
-        })
+        outcomes = _race(
+            {
+                "complete": lambda task=task: lifecycle.task_complete(
+                    task_id=task.pk, attempt=task.attempt, result={"content": []}
+                ),
+                "force_cancel": lambda task=task: lifecycle.task_force_cancel(
+                    task_id=task.pk, actor=actors["olga"], reason="race"
+                ),
+            }
+        )
 
         winners = [name for name, error in outcomes.items() if error is None]
         assert len(winners) == 1, outcomes
@@ -68,9 +74,11 @@ def test_complete_and_force_cancel_race_has_exactly_one_winner(task_in, actors):
         assert isinstance(outcomes[loser], lifecycle.LifecycleError), outcomes[loser]
         state, action = OUTCOME[winner]
         assert Task.objects.get(pk=task.pk).state == state
-        finals = list(AuditEvent.objects.filter(
-            task_id=task.pk, action__in=[a for _, a in OUTCOME.values()])
-            .values_list("action", flat=True))
+        finals = list(
+            AuditEvent.objects.filter(
+                task_id=task.pk, action__in=[a for _, a in OUTCOME.values()]
+            ).values_list("action", flat=True)
+        )
         assert finals == [action]
         wins[winner] += 1
     assert sum(wins.values()) == ITERATIONS
@@ -83,17 +91,21 @@ def test_racing_writers_of_one_tenant_keep_its_audit_chain_gap_free(task_in, act
 
     def finish(task: Task, index: int) -> Task:
         if index % 2:
-            return lifecycle.task_complete(task_id=task.pk, attempt=task.attempt,
-                                           result={"content": []})
+            return lifecycle.task_complete(
+                task_id=task.pk, attempt=task.attempt, result={"content": []}
+            )
         return lifecycle.task_force_cancel(task_id=task.pk, actor=actors["olga"], reason="race")
 
     outcomes = _race({task.pk: partial(finish, task, index) for index, task in enumerate(tasks)})
 
     assert all(error is None for error in outcomes.values()), outcomes
-    events = list(AuditEvent.objects.filter(chain="tenant:acme").order_by("seq")
-                  .values_list("seq", "prev_hash", "hash"))
+    events = list(
+        AuditEvent.objects.filter(chain="tenant:acme")
+        .order_by("seq")
+        .values_list("seq", "prev_hash", "hash")
+    )
     assert [seq for seq, _, _ in events] == list(range(1, len(events) + 1))
     assert all(prev == earlier[2] for earlier, (_, prev, _) in itertools.pairwise(events))
-    assert AuditEvent.objects.filter(task_id__in=[t.pk for t in tasks],
-                                     action__in=["task.completed", "task.force_cancelled"]
-                                     ).count() == len(tasks)
+    assert AuditEvent.objects.filter(
+        task_id__in=[t.pk for t in tasks], action__in=["task.completed", "task.force_cancelled"]
+    ).count() == len(tasks)

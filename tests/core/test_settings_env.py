@@ -27,8 +27,11 @@ print(json.dumps({
 }))
 """
 # Secrets production needs, so a bad URL is what fails, not a missing key.
-SECRETS = {"SECRET_KEY": "s" * 50, "MCPTASKS_REQUEST_STATE_KEY": "r" * 50,
-           "MCPTASKS_AUDIT_SIGNING_KEY": "a" * 50}
+SECRETS = {
+    "SECRET_KEY": "s" * 50,
+    "MCPTASKS_REQUEST_STATE_KEY": "r" * 50,
+    "MCPTASKS_AUDIT_SIGNING_KEY": "a" * 50,
+}
 
 
 def boot(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
@@ -41,8 +44,14 @@ def boot(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
         "PYTHONPATH": str(settings.BASE_DIR),
         **variables,
     }
-    return subprocess.run([sys.executable, "-c", PROBE], env=env, cwd=settings.BASE_DIR,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def booted(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -85,8 +94,14 @@ def test_production_without_its_secrets_stops_the_boot_naming_the_first_missing(
 
 
 def test_valid_urls_select_postgresql_and_redis(tmp_path):
-    config = booted(boot(tmp_path, DATABASE_URL="postgres://app@db:5432/mcptasks",
-                         REDIS_URL="redis://cache:6379/2", **SECRETS))
+    config = booted(
+        boot(
+            tmp_path,
+            DATABASE_URL="postgres://app@db:5432/mcptasks",
+            REDIS_URL="redis://cache:6379/2",
+            **SECRETS,
+        )
+    )
 
     assert config["engine"] == "django.db.backends.postgresql"
     assert config["name"] == "mcptasks"

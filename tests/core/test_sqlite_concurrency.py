@@ -18,7 +18,8 @@ from mcptasks.models import Task, TaskState
 pytestmark = [
     pytest.mark.skipif(
         not settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"),
-        reason="SQLite-only: the embedded default's locking (DATABASE_URL selects PostgreSQL)"),
+        reason="SQLite-only: the embedded default's locking (DATABASE_URL selects PostgreSQL)",
+    ),
     pytest.mark.django_db(transaction=True),
 ]
 
@@ -39,13 +40,18 @@ def test_concurrent_lifecycle_writers_never_hit_database_is_locked(cast):
             for _ in range(TASKS_PER_THREAD):
                 task, _ = lifecycle.task_create(
                     spec=lifecycle.NewTask(
-                        tenant_id=owner["tenant"].pk, principal_id=owner["user"].pk,
-                        tool_name="echo_task", arguments={"writer": number},
-                        policy_revision="test"),
-                    actor=Actor.for_user(owner["user"], kind="principal"))
+                        tenant_id=owner["tenant"].pk,
+                        principal_id=owner["user"].pk,
+                        tool_name="echo_task",
+                        arguments={"writer": number},
+                        policy_revision="test",
+                    ),
+                    actor=Actor.for_user(owner["user"], kind="principal"),
+                )
                 task = lifecycle.task_claim(task_id=task.pk, worker=f"writer-{number}")
-                lifecycle.task_complete(task_id=task.pk, attempt=task.attempt,
-                                        result={"content": []})
+                lifecycle.task_complete(
+                    task_id=task.pk, attempt=task.attempt, result={"content": []}
+                )
                 created.append(task.pk)
         except BaseException:
             errors.append(traceback.format_exc())
@@ -65,11 +71,11 @@ def test_concurrent_lifecycle_writers_never_hit_database_is_locked(cast):
     stored = dict(Task.objects.filter(pk__in=created).values_list("pk", "state"))
     assert len(stored) == len(created)
     assert set(stored.values()) == {TaskState.COMPLETED}
-    actions = list(AuditEvent.objects.filter(task_id__in=created).values_list("action",
-                                                                              flat=True))
+    actions = list(AuditEvent.objects.filter(task_id__in=created).values_list("action", flat=True))
     assert sorted(set(actions)) == ["task.completed", "task.created", "task.started"]
     assert len(actions) == 3 * len(created)
     for chain in ("tenant:acme", "tenant:globex"):
-        seqs = list(AuditEvent.objects.filter(chain=chain).order_by("seq")
-                    .values_list("seq", flat=True))
+        seqs = list(
+            AuditEvent.objects.filter(chain=chain).order_by("seq").values_list("seq", flat=True)
+        )
         assert seqs == list(range(1, len(seqs) + 1)), chain

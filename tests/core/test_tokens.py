@@ -21,8 +21,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def issued(cast):
     """A fresh token of alice and its plaintext."""
-    return ApiToken.issue(user=cast["alice"]["user"], tenant=cast["alice"]["tenant"],
-                          name="laptop")
+    return ApiToken.issue(user=cast["alice"]["user"], tenant=cast["alice"]["tenant"], name="laptop")
 
 
 def test_issue_stores_only_the_sha256_of_the_secret(issued):
@@ -57,24 +56,25 @@ def test_secret_is_compared_in_constant_time(issued):
     token, plaintext = issued
     _, secret = ApiToken.split(plaintext)
 
-    with mock.patch("mcptasks.models.hmac.compare_digest",
-                    wraps=hmac.compare_digest) as compare:
+    with mock.patch("mcptasks.models.hmac.compare_digest", wraps=hmac.compare_digest) as compare:
         assert token.matches(secret)
 
-    compare.assert_called_once_with(token.secret_hash, hashlib.sha256(secret.encode())
-                                    .hexdigest())
+    compare.assert_called_once_with(token.secret_hash, hashlib.sha256(secret.encode()).hexdigest())
 
 
-@pytest.mark.parametrize("credential, parts", [
-    ("mcpt_abc_secret", ("abc", "secret")),
-    ("mcpt_abc_sec_ret", ("abc", "sec_ret")),  # url-safe secrets may contain underscores
-    ("", None),
-    ("mcpt", None),
-    ("mcpt_abc", None),
-    ("mcpt__secret", None),
-    ("mcpt_abc_", None),
-    ("ghp_abc_secret", None),
-])
+@pytest.mark.parametrize(
+    "credential, parts",
+    [
+        ("mcpt_abc_secret", ("abc", "secret")),
+        ("mcpt_abc_sec_ret", ("abc", "sec_ret")),  # url-safe secrets may contain underscores
+        ("", None),
+        ("mcpt", None),
+        ("mcpt_abc", None),
+        ("mcpt__secret", None),
+        ("mcpt_abc_", None),
+        ("ghp_abc_secret", None),
+    ],
+)
 def test_split_accepts_only_the_token_shape(credential, parts):
     assert ApiToken.split(credential) == parts
 
@@ -89,8 +89,9 @@ def test_revoked_token_is_inactive(issued):
 
 def test_token_is_inactive_from_its_expiry_on(cast):
     expires_at = timezone.now() + timedelta(days=1)
-    token, _ = ApiToken.issue(user=cast["alice"]["user"], tenant=cast["alice"]["tenant"],
-                              expires_at=expires_at)
+    token, _ = ApiToken.issue(
+        user=cast["alice"]["user"], tenant=cast["alice"]["tenant"], expires_at=expires_at
+    )
     assert token.is_active()
     with time_machine.travel(expires_at - timedelta(seconds=1), tick=False):
         assert token.is_active()
@@ -99,22 +100,26 @@ def test_token_is_inactive_from_its_expiry_on(cast):
     assert not token.is_active(now=expires_at + timedelta(days=1))
 
 
-@pytest.mark.parametrize("held, asked, allowed", [
-    (["mcp"], "mcp", True),
-    (["mcp"], "mcp:tasks", True),
-    (["mcp"], "mcp:tools", True),
-    (["mcp"], "mcp:tasks:read", True),
-    (["mcp:tasks"], "mcp:tasks", True),
-    (["mcp:tasks"], "mcp", False),
-    (["mcp:tasks"], "mcp:tools", False),
-    (["mcp"], "mcpx", False),
-    (["mcp"], "audit", False),
-    (["audit:read", "mcp:tasks"], "mcp:tasks", True),
-    ([], "mcp", False),
-])
+@pytest.mark.parametrize(
+    "held, asked, allowed",
+    [
+        (["mcp"], "mcp", True),
+        (["mcp"], "mcp:tasks", True),
+        (["mcp"], "mcp:tools", True),
+        (["mcp"], "mcp:tasks:read", True),
+        (["mcp:tasks"], "mcp:tasks", True),
+        (["mcp:tasks"], "mcp", False),
+        (["mcp:tasks"], "mcp:tools", False),
+        (["mcp"], "mcpx", False),
+        (["mcp"], "audit", False),
+        (["audit:read", "mcp:tasks"], "mcp:tasks", True),
+        ([], "mcp", False),
+    ],
+)
 def test_scopes_are_hierarchical(held, asked, allowed, cast):
-    token, _ = ApiToken.issue(user=cast["alice"]["user"], tenant=cast["alice"]["tenant"],
-                              scopes=held)
+    token, _ = ApiToken.issue(
+        user=cast["alice"]["user"], tenant=cast["alice"]["tenant"], scopes=held
+    )
     assert token.has_scope(asked) is allowed
 
 

@@ -20,9 +20,13 @@ from tests.protocol.conftest import McpClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
 IDEM = "dev.mcptasks/idempotencyKey"
-META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {
-            "elicitation": {}, "extensions": {"io.modelcontextprotocol/tasks": {}}}}
+META = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {
+        "elicitation": {},
+        "extensions": {"io.modelcontextprotocol/tasks": {}},
+    },
+}
 
 
 @pytest.fixture(autouse=True)
@@ -35,8 +39,10 @@ def fresh_buckets():
 
 
 def call_with_key(client: McpClient, key: str, text: str = "hi"):
-    return client.call("tools/call", {"name": "echo_task", "arguments": {"text": text},
-                                      "_meta": {**META, IDEM: key}})
+    return client.call(
+        "tools/call",
+        {"name": "echo_task", "arguments": {"text": text}, "_meta": {**META, IDEM: key}},
+    )
 
 
 def test_same_idempotency_key_and_arguments_return_the_same_task(mcp):
@@ -200,11 +206,20 @@ def test_readme_limits_table_matches_the_settings():
     for name, default in documented.items():
         assert hasattr(settings, name), f"{name} is in the README but not a setting"
         assert json.loads(default.replace("_", "")) == getattr(settings, name), name
-    expected = {"MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL", "MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT",
-                "MCPTASKS_MAX_RESULT_BYTES", "MCPTASKS_MAX_REQUEST_BYTES",
-                "MCPTASKS_MAX_INPUT_WAIT_S", "MCPTASKS_MAX_ATTEMPTS", "MCPTASKS_LEASE_S",
-                "MCPTASKS_LEASE_RENEW_S", "MCPTASKS_POLL_BURST", "MCPTASKS_UNKNOWN_TASK_BURST",
-                "MCPTASKS_UNKNOWN_TASK_RATE", "MCPTASKS_IDEMPOTENCY_WINDOW_S"}
+    expected = {
+        "MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL",
+        "MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT",
+        "MCPTASKS_MAX_RESULT_BYTES",
+        "MCPTASKS_MAX_REQUEST_BYTES",
+        "MCPTASKS_MAX_INPUT_WAIT_S",
+        "MCPTASKS_MAX_ATTEMPTS",
+        "MCPTASKS_LEASE_S",
+        "MCPTASKS_LEASE_RENEW_S",
+        "MCPTASKS_POLL_BURST",
+        "MCPTASKS_UNKNOWN_TASK_BURST",
+        "MCPTASKS_UNKNOWN_TASK_RATE",
+        "MCPTASKS_IDEMPOTENCY_WINDOW_S",
+    }
     assert expected <= set(documented)
 
 

@@ -24,8 +24,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_PACKS = "mcptasks.tools.demo,tests.toolpack"
 # Never handed to the server: it must run its own worker thread, not publish to Celery.
-WITHHELD = ("REDIS_URL", "CELERY_BROKER_URL", "CHANNEL_REDIS_URL", "MCPTASKS_CONFORMANCE_MODE",
-            "SQLITE_PATH", "DATABASE_URL")
+WITHHELD = (
+    "REDIS_URL",
+    "CELERY_BROKER_URL",
+    "CHANNEL_REDIS_URL",
+    "MCPTASKS_CONFORMANCE_MODE",
+    "SQLITE_PATH",
+    "DATABASE_URL",
+)
 
 
 def free_port() -> int:
@@ -46,15 +52,17 @@ def server_env() -> dict[str, str]:
         env["DATABASE_URL"] = urlunparse(url._replace(path="/" + test_db))
     else:
         env["SQLITE_PATH"] = test_db
-    env.update({
-        "SECRET_KEY": settings.SECRET_KEY,
-        "MCPTASKS_REQUEST_STATE_KEY": settings.REQUEST_STATE_KEY,
-        "MCPTASKS_AUDIT_SIGNING_KEY": settings.AUDIT_SIGNING_KEY,
-        "MCPTASKS_TOOL_PACKS": TOOL_PACKS,
-        "MCPTASKS_CONFORMANCE_MODE": "false",
-        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "SECRET_KEY": settings.SECRET_KEY,
+            "MCPTASKS_REQUEST_STATE_KEY": settings.REQUEST_STATE_KEY,
+            "MCPTASKS_AUDIT_SIGNING_KEY": settings.AUDIT_SIGNING_KEY,
+            "MCPTASKS_TOOL_PACKS": TOOL_PACKS,
+            "MCPTASKS_CONFORMANCE_MODE": "false",
+            "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     return env
 
 
@@ -74,8 +82,10 @@ def wait_until_healthy(server: LiveServer, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            pytest.fail(f"the server exited with {server.process.returncode}:\n"
-                        f"{server.log_tail()}", pytrace=False)
+            pytest.fail(
+                f"the server exited with {server.process.returncode}:\n{server.log_tail()}",
+                pytrace=False,
+            )
         try:
             if httpx.get(f"{server.url}/healthz", timeout=1.0).status_code == 200:
                 return
@@ -98,8 +108,9 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="module")
-def mcp_server_process(django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory,
-                request: pytest.FixtureRequest) -> Iterator[LiveServer]:
+def mcp_server_process(
+    django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[LiveServer]:
     """``manage.py serve`` on a free port against the test database; killed at teardown.
 
     A test module may set ``SERVER_ENV`` (a dict) to configure its server.
@@ -110,10 +121,21 @@ def mcp_server_process(django_db_setup: Any, tmp_path_factory: pytest.TempPathFa
     python = ROOT / ".venv" / "bin" / "python"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [str(python if python.exists() else sys.executable), "manage.py", "serve",
-             "--host", "127.0.0.1", "--port", str(port)],
-            cwd=ROOT, env=env, stdout=output, stderr=subprocess.STDOUT,
-            start_new_session=True)
+            [
+                str(python if python.exists() else sys.executable),
+                "manage.py",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     server = LiveServer(f"http://127.0.0.1:{port}", process, log)
     try:
         wait_until_healthy(server)

@@ -88,23 +88,24 @@ _INPUT_REQUEST: TypeAdapter[Any] = TypeAdapter(mcp_types.InputRequest)
 
 
 async def get_task(session: ClientSession, task_id: str) -> GetTaskResult:
-    return await session.send_request(GetTaskRequest(params=TaskParams(task_id=task_id)),
-                                      GetTaskResult)
-
-
-async def update_task(session: ClientSession, task_id: str,
-                      responses: dict[str, Any]) -> Ack:
     return await session.send_request(
-        UpdateTaskRequest(params=UpdateTaskParams(task_id=task_id, input_responses=responses)),
-        Ack)
+        GetTaskRequest(params=TaskParams(task_id=task_id)), GetTaskResult
+    )
+
+
+async def update_task(session: ClientSession, task_id: str, responses: dict[str, Any]) -> Ack:
+    return await session.send_request(
+        UpdateTaskRequest(params=UpdateTaskParams(task_id=task_id, input_responses=responses)), Ack
+    )
 
 
 async def cancel_task(session: ClientSession, task_id: str) -> Ack:
     return await session.send_request(CancelTaskRequest(params=TaskParams(task_id=task_id)), Ack)
 
 
-async def answer_inputs(session: ClientSession, task_id: str,
-                        input_requests: dict[str, Any]) -> list[str]:
+async def answer_inputs(
+    session: ClientSession, task_id: str, input_requests: dict[str, Any]
+) -> list[str]:
     """Answer every outstanding request through the client's callbacks, one update per key."""
     answered = []
     for key, payload in input_requests.items():
@@ -113,14 +114,22 @@ async def answer_inputs(session: ClientSession, task_id: str,
         response = await session.dispatch_input_request(context, request)
         if isinstance(response, mcp_types.ErrorData):
             raise MCPError.from_error_data(response)
-        await update_task(session, task_id, {
-            key: response.model_dump(by_alias=True, mode="json", exclude_none=True)})
+        await update_task(
+            session,
+            task_id,
+            {key: response.model_dump(by_alias=True, mode="json", exclude_none=True)},
+        )
         answered.append(key)
     return answered
 
 
-async def drive(session: ClientSession, task_id: str, *, timeout_s: float = 60.0,
-                seen: list[GetTaskResult] | None = None) -> GetTaskResult:
+async def drive(
+    session: ClientSession,
+    task_id: str,
+    *,
+    timeout_s: float = 60.0,
+    seen: list[GetTaskResult] | None = None,
+) -> GetTaskResult:
     """Poll to a terminal status at ``pollIntervalMs``, answering input as it is asked."""
     with anyio.fail_after(timeout_s):
         while True:
@@ -141,11 +150,15 @@ def outcome(task: GetTaskResult) -> mcp_types.CallToolResult:
         return mcp_types.CallToolResult.model_validate(task.result or {}, by_name=False)
     if task.status == "failed":
         error = task.error or {}
-        raise MCPError(code=int(error.get("code", -32603)),
-                       message=str(error.get("message", "task failed")), data=error.get("data"))
+        raise MCPError(
+            code=int(error.get("code", -32603)),
+            message=str(error.get("message", "task failed")),
+            data=error.get("data"),
+        )
     return mcp_types.CallToolResult(
         content=[mcp_types.TextContent(type="text", text=f"Task {task.task_id} was cancelled")],
-        is_error=True)
+        is_error=True,
+    )
 
 
 class TasksExtension(ClientExtension):
@@ -160,9 +173,11 @@ class TasksExtension(ClientExtension):
     def claims(self) -> Sequence[ResultClaim[Any]]:
         return (ResultClaim(result_type="task", model=CreateTaskResult, resolve=self._resolve),)
 
-    async def _resolve(self, created: CreateTaskResult,
-                       ctx: ClaimContext) -> mcp_types.CallToolResult:
+    async def _resolve(
+        self, created: CreateTaskResult, ctx: ClaimContext
+    ) -> mcp_types.CallToolResult:
         self.created.append(created)
-        final = await drive(ctx.session, created.task_id, timeout_s=ctx.read_timeout_seconds or 60,
-                            seen=self.polls)
+        final = await drive(
+            ctx.session, created.task_id, timeout_s=ctx.read_timeout_seconds or 60, seen=self.polls
+        )
         return outcome(final)

@@ -19,7 +19,6 @@ from mcptasks.models import InputRequest, InputState, Task, TaskState
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
 
-
 def run[T](scenario: Callable[[], Awaitable[T]], timeout_s: float = 90.0) -> T:
     async def bounded() -> T:
         return await asyncio.wait_for(scenario(), timeout_s)
@@ -27,10 +26,13 @@ def run[T](scenario: Callable[[], Awaitable[T]], timeout_s: float = 90.0) -> T:
     return asyncio.run(bounded())
 
 
-def client_for(url: str, token: str, answers: dict[str, dict[str, Any]] | None = None,
-               asked: list[str] | None = None) -> Client[Any]:
-    async def elicit(message: str, response_type: Any, params: Any, context: Any
-                     ) -> dict[str, Any]:
+def client_for(
+    url: str,
+    token: str,
+    answers: dict[str, dict[str, Any]] | None = None,
+    asked: list[str] | None = None,
+) -> Client[Any]:
+    async def elicit(message: str, response_type: Any, params: Any, context: Any) -> dict[str, Any]:
         if asked is not None:
             asked.append(message)
         return (answers or {})[message]
@@ -52,10 +54,10 @@ def test_sync_call(server, alice_token):
 def test_a_task_polled_to_completion(server, alice_token):
     async def scenario() -> tuple[Any, Any, Any]:
         async with client_for(server.mcp_url, alice_token) as client:
-            transparent = await client.call_tool("live_sleep",
-                                                 {"seconds": 0.5, "label": "transparent"})
-            handle = await call_tool_task(client, "live_sleep",
-                                          {"seconds": 0.5, "label": "handle"})
+            transparent = await client.call_tool(
+                "live_sleep", {"seconds": 0.5, "label": "transparent"}
+            )
+            handle = await call_tool_task(client, "live_sleep", {"seconds": 0.5, "label": "handle"})
             first = await handle.status()
             return transparent, first, await handle.result()
 
@@ -71,8 +73,9 @@ def test_an_elicitation_answered_through_tasks_update(server, alice_token, users
     asked: list[str] = []
 
     async def scenario() -> Any:
-        async with client_for(server.mcp_url, alice_token,
-                              {"Delete b.txt?": {"confirm": True}}, asked) as client:
+        async with client_for(
+            server.mcp_url, alice_token, {"Delete b.txt?": {"confirm": True}}, asked
+        ) as client:
             return await client.call_tool("live_confirm", {"filename": "b.txt"})
 
     result = run(scenario)
@@ -150,8 +153,7 @@ def missing_mcp_name_count(url: str) -> float:
     return 0.0
 
 
-def test_fastmcp_omits_mcp_name_on_tasks_methods_and_the_server_tolerates_it(
-        server, alice_token):
+def test_fastmcp_omits_mcp_name_on_tasks_methods_and_the_server_tolerates_it(server, alice_token):
     before = missing_mcp_name_count(server.url)
 
     async def scenario() -> Any:

@@ -50,13 +50,15 @@ class Session:
         self.client, self.extension, self.asked = client, extension, asked
 
 
-def connect[T](url: str, token: str, answers: dict[str, dict[str, Any]] | None = None
-            ) -> Callable[[Callable[[Session], Awaitable[T]]], Awaitable[T]]:
+def connect[T](
+    url: str, token: str, answers: dict[str, dict[str, Any]] | None = None
+) -> Callable[[Callable[[Session], Awaitable[T]]], Awaitable[T]]:
     """``await connect(url, token)(body)``: run ``body`` with a connected client."""
     answers = answers or {}
 
-    async def elicit(context: ClientRequestContext, params: mcp_types.ElicitRequestParams
-                     ) -> mcp_types.ElicitResult:
+    async def elicit(
+        context: ClientRequestContext, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult:
         asked.append(params.message)
         return mcp_types.ElicitResult(action="accept", content=answers[params.message])
 
@@ -66,8 +68,12 @@ def connect[T](url: str, token: str, answers: dict[str, dict[str, Any]] | None =
         extension = TasksExtension()
         async with create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http:
             transport = streamable_http_client(url, http_client=http)
-            async with Client(transport, elicitation_callback=elicit, extensions=[extension],
-                              read_timeout_seconds=60) as client:
+            async with Client(
+                transport,
+                elicitation_callback=elicit,
+                extensions=[extension],
+                read_timeout_seconds=60,
+            ) as client:
                 return await body(Session(client, extension, asked))
 
     return with_client
@@ -116,8 +122,7 @@ def test_a_task_polled_to_completion(server, alice_token, users):
     assert seen["polls"][0] == "working" and seen["polls"][-1] == "completed"
     task = Task.objects.get(pk=created.task_id)
     assert task.state == TaskState.COMPLETED and task.principal == users["alice"]
-    assert AuditEvent.objects.get(task_id=task.pk, action="task.created").actor_kind == \
-        "principal"
+    assert AuditEvent.objects.get(task_id=task.pk, action="task.created").actor_kind == "principal"
 
 
 def test_an_elicitation_answered_through_tasks_update(server, alice_token, users):
@@ -157,7 +162,8 @@ def test_two_simultaneous_elicitations(server, alice_token):
 def test_cancel(server, alice_token, users):
     async def body(session: Session) -> tuple[Ack, Any]:
         created = await session.client.session.call_tool(
-            "live_sleep", {"seconds": 60, "label": "long"}, allow_claimed=True)
+            "live_sleep", {"seconds": 60, "label": "long"}, allow_claimed=True
+        )
         assert isinstance(created, CreateTaskResult)
         assert (await get_task(session.client.session, created.task_id)).status == "working"
         ack = await cancel_task(session.client.session, created.task_id)
@@ -172,8 +178,7 @@ def test_cancel(server, alice_token, users):
     assert final.result is None and final.error is None
     task = Task.objects.get(pk=final.task_id)
     assert task.state == TaskState.CANCELLED and task.cancel_requested_by == users["alice"]
-    assert AuditEvent.objects.filter(task_id=task.pk, action="task.cancel_requested").count() \
-        == 1
+    assert AuditEvent.objects.filter(task_id=task.pk, action="task.cancel_requested").count() == 1
 
 
 def test_a_tool_error(server, alice_token):

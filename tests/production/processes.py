@@ -26,8 +26,10 @@ def free_port() -> int:
 
 def database_url(settings_dict: dict) -> str:
     user = settings_dict.get("USER") or "postgres"
-    return (f"postgres://{user}@{settings_dict.get('HOST') or '127.0.0.1'}:"
-            f"{settings_dict.get('PORT') or 5432}/{settings_dict['NAME']}")
+    return (
+        f"postgres://{user}@{settings_dict.get('HOST') or '127.0.0.1'}:"
+        f"{settings_dict.get('PORT') or 5432}/{settings_dict['NAME']}"
+    )
 
 
 @dataclass
@@ -39,15 +41,23 @@ class Stack:
 
     def _start(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-        process = subprocess.Popen(argv, cwd=REPO, env=self.env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.processes[name] = process
         return process
 
     def web(self, name: str) -> str:
         port = free_port()
-        self._start(name, [str(BIN / "python"), "manage.py", "serve", "--host", "127.0.0.1",
-                           "--port", str(port)])
+        self._start(
+            name,
+            [str(BIN / "python"), "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        )
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
         while True:
@@ -63,12 +73,37 @@ class Stack:
         return url
 
     def worker(self, name: str) -> None:
-        self._start(name, [str(BIN / "celery"), "-A", "mcptasks", "worker", "--pool=prefork",
-                           "-c", "2", "-n", f"{name}@%h", "-l", "warning"])
+        self._start(
+            name,
+            [
+                str(BIN / "celery"),
+                "-A",
+                "mcptasks",
+                "worker",
+                "--pool=prefork",
+                "-c",
+                "2",
+                "-n",
+                f"{name}@%h",
+                "-l",
+                "warning",
+            ],
+        )
 
     def beat(self) -> None:
-        self._start("beat", [str(BIN / "celery"), "-A", "mcptasks", "beat", "-l", "warning",
-                             "-s", str(self.workdir / "beat-schedule")])
+        self._start(
+            "beat",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "mcptasks",
+                "beat",
+                "-l",
+                "warning",
+                "-s",
+                str(self.workdir / "beat-schedule"),
+            ],
+        )
 
     def kill(self, name: str) -> None:
         """SIGKILL the process and its children (a worker's pool)."""

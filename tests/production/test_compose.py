@@ -30,8 +30,7 @@ def test_compose_has_the_production_services_with_health_and_ordering():
     services = compose()["services"]
     assert {"postgres", "redis", "migrate", "web", "worker", "beat"} <= set(services)
     assert "healthcheck" in services["postgres"] and "healthcheck" in services["redis"]
-    assert services["web"]["depends_on"]["migrate"]["condition"] == \
-        "service_completed_successfully"
+    assert services["web"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     assert services["worker"]["depends_on"]["redis"]["condition"] == "service_healthy"
 
 

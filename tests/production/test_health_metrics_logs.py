@@ -34,13 +34,30 @@ def test_healthz_and_readyz_on_the_embedded_default(client):
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="redis-server not installed")
 def test_readyz_fails_when_its_private_redis_stops(client, settings, tmp_path):
     port = free_port()
-    server = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                               "--save", "", "--appendonly", "no", "--dir", str(tmp_path)],
-                              stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            "redis-server",
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         for _ in range(50):
-            if subprocess.run(["redis-cli", "-p", str(port), "ping"],
-                              capture_output=True).returncode == 0:
+            if (
+                subprocess.run(
+                    ["redis-cli", "-p", str(port), "ping"], capture_output=True
+                ).returncode
+                == 0
+            ):
                 break
             time.sleep(0.1)
         settings.MCPTASKS_EMBEDDED_WORKER = False

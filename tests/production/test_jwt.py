@@ -31,8 +31,15 @@ def signing(tmp_path, settings):
 
 
 def token(key, **overrides) -> str:
-    claims = {"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "tenant": "acme",
-              "scope": "mcp", "exp": int(time.time()) + 300, **overrides}
+    claims = {
+        "iss": ISSUER,
+        "aud": AUDIENCE,
+        "sub": "alice",
+        "tenant": "acme",
+        "scope": "mcp",
+        "exp": int(time.time()) + 300,
+        **overrides,
+    }
     return jwt.encode(claims, key, algorithm="RS256", headers={"kid": "k1"})
 
 
@@ -45,12 +52,15 @@ def test_valid_jwt_authenticates_as_the_mapped_principal(cast, signing):
     assert task.principal.username == "alice" and task.tenant.slug == "acme"
 
 
-@pytest.mark.parametrize(("overrides", "reason"), [
-    ({"aud": "https://someone-else.example/mcp"}, "not issued for this server"),
-    ({"exp": int(time.time()) - 10}, "expired"),
-    ({"iss": "https://evil.example/"}, "unexpected issuer"),
-    ({"tenant": "globex"}, "not a member"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        ({"aud": "https://someone-else.example/mcp"}, "not issued for this server"),
+        ({"exp": int(time.time()) - 10}, "expired"),
+        ({"iss": "https://evil.example/"}, "unexpected issuer"),
+        ({"tenant": "globex"}, "not a member"),
+    ],
+)
 def test_rejected_jwt_is_401_with_a_reason(cast, signing, overrides, reason):
     reply = McpClient(token(signing, **overrides)).call("server/discover")
     assert reply.status == 401
@@ -72,8 +82,10 @@ def test_jwt_without_the_mcp_scope_is_403_insufficient_scope(cast, signing):
 
 
 def test_protected_resource_metadata_is_served(client, settings):
-    for path in ("/.well-known/oauth-protected-resource",
-                 "/.well-known/oauth-protected-resource/mcp"):
+    for path in (
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+    ):
         body = client.get(path, secure=True).json()
         assert body["resource"].endswith("/mcp")
         assert body["authorization_servers"]

@@ -17,10 +17,16 @@ from mcptasks.models import Task, TaskState
 from tests.production.processes import Stack, database_url
 from tests.protocol.conftest import TASK_CAPS, VERSION
 
-pytestmark = [pytest.mark.live, pytest.mark.pg, pytest.mark.redis,
-              pytest.mark.django_db(transaction=True)]
-META = {"io.modelcontextprotocol/protocolVersion": VERSION,
-        "io.modelcontextprotocol/clientCapabilities": TASK_CAPS}
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.pg,
+    pytest.mark.redis,
+    pytest.mark.django_db(transaction=True),
+]
+META = {
+    "io.modelcontextprotocol/protocolVersion": VERSION,
+    "io.modelcontextprotocol/clientCapabilities": TASK_CAPS,
+}
 
 
 @pytest.fixture(scope="module")
@@ -32,15 +38,21 @@ def stack(tmp_path_factory, django_db_setup):
         subprocess.run(["redis-cli", "-n", str(db), "flushdb"], check=True, capture_output=True)
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
-    env = {**os.environ,
-           "DATABASE_URL": database_url(connection.settings_dict),
-           "REDIS_URL": "redis://127.0.0.1:6379/5",  # broker 5, channels 6, limits 7
-           "SECRET_KEY": os.environ.get("SECRET_KEY", "scale-out-test-secret"),
-           "MCPTASKS_REQUEST_STATE_KEY": "scale-out-test", "MCPTASKS_AUDIT_SIGNING_KEY": "x",
-           "MCPTASKS_VAR_DIR": str(tmp_path), "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
-           "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
-           "MCPTASKS_LEASE_S": "3", "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
-           "SECURE_SSL_REDIRECT": "false", "DJANGO_SETTINGS_MODULE": "mcptasks.settings"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "REDIS_URL": "redis://127.0.0.1:6379/5",  # broker 5, channels 6, limits 7
+        "SECRET_KEY": os.environ.get("SECRET_KEY", "scale-out-test-secret"),
+        "MCPTASKS_REQUEST_STATE_KEY": "scale-out-test",
+        "MCPTASKS_AUDIT_SIGNING_KEY": "x",
+        "MCPTASKS_VAR_DIR": str(tmp_path),
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
+        "MCPTASKS_LEASE_S": "3",
+        "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
+        "SECURE_SSL_REDIRECT": "false",
+        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+    }
     stack = Stack(env=env, workdir=tmp_path)
     try:
         stack.web("web1")
@@ -53,15 +65,24 @@ def stack(tmp_path_factory, django_db_setup):
         stack.stop()
 
 
-def post(url: str, token: str, method: str, params: dict, request_id: int = 1,
-         name: str | None = None) -> dict:
-    headers = {"content-type": "application/json", "accept": "application/json",
-               "mcp-protocol-version": VERSION, "mcp-method": method,
-               "authorization": f"Bearer {token}"}
+def post(
+    url: str, token: str, method: str, params: dict, request_id: int = 1, name: str | None = None
+) -> dict:
+    headers = {
+        "content-type": "application/json",
+        "accept": "application/json",
+        "mcp-protocol-version": VERSION,
+        "mcp-method": method,
+        "authorization": f"Bearer {token}",
+    }
     if name:
         headers["mcp-name"] = name
-    body = {"jsonrpc": "2.0", "id": request_id, "method": method,
-            "params": {**params, "_meta": META}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": method,
+        "params": {**params, "_meta": META},
+    }
     response = httpx.post(f"{url}/mcp", json=body, headers=headers, timeout=15)
     return response.json()
 
@@ -96,8 +117,11 @@ def test_tasks_created_on_one_web_process_are_served_by_the_other(stack, cast):
     from audit.models import AuditEvent
 
     # Run by worker processes (the web processes run no worker when REDIS_URL is set).
-    runners = set(AuditEvent.objects.filter(task_id__in=task_ids, action="task.started")
-                  .values_list("actor_display", flat=True))
+    runners = set(
+        AuditEvent.objects.filter(task_id__in=task_ids, action="task.started").values_list(
+            "actor_display", flat=True
+        )
+    )
     web_pids = {str(stack.processes[name].pid) for name in ("web1", "web2")}
     assert runners and not {r.split(":")[1] for r in runners} & web_pids
     for url in (web1, web2):
@@ -109,18 +133,29 @@ def test_tasks_created_on_one_web_process_are_served_by_the_other(stack, cast):
 def test_listen_on_web2_sees_a_task_created_through_web1(stack, cast):
     token = cast["alice"]["token"]
     web1, web2 = stack.web_urls["web1"], stack.web_urls["web2"]
-    task_id = create(web1, token, "run_pipeline", {"pipeline": "p", "stages": 2,
-                                                   "stage_seconds": 0.5})
+    task_id = create(
+        web1, token, "run_pipeline", {"pipeline": "p", "stages": 2, "stage_seconds": 0.5}
+    )
 
     async def listen() -> list[dict]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream",
-                   "mcp-protocol-version": VERSION, "mcp-method": "subscriptions/listen",
-                   "authorization": f"Bearer {token}"}
-        body = {"jsonrpc": "2.0", "id": 5, "method": "subscriptions/listen",
-                "params": {"notifications": {"taskIds": [task_id]}, "_meta": META}}
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            "mcp-protocol-version": VERSION,
+            "mcp-method": "subscriptions/listen",
+            "authorization": f"Bearer {token}",
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "subscriptions/listen",
+            "params": {"notifications": {"taskIds": [task_id]}, "_meta": META},
+        }
         messages = []
-        async with httpx.AsyncClient(timeout=60) as client, client.stream(
-                "POST", f"{web2}/mcp", json=body, headers=headers) as response:
+        async with (
+            httpx.AsyncClient(timeout=60) as client,
+            client.stream("POST", f"{web2}/mcp", json=body, headers=headers) as response,
+        ):
             async for line in response.aiter_lines():
                 if line.startswith("data: "):
                     messages.append(json.loads(line[6:]))
@@ -129,8 +164,7 @@ def test_listen_on_web2_sees_a_task_created_through_web1(stack, cast):
         return messages
 
     messages = asyncio.run(asyncio.wait_for(listen(), 60))
-    statuses = [m["params"]["status"] for m in messages if m.get("method") ==
-                "notifications/tasks"]
+    statuses = [m["params"]["status"] for m in messages if m.get("method") == "notifications/tasks"]
     assert statuses[-1] == "completed"
     assert messages[0]["params"]["notifications"]["taskIds"] == [task_id]
 
@@ -138,8 +172,12 @@ def test_listen_on_web2_sees_a_task_created_through_web1(stack, cast):
 def test_killing_a_web_process_and_a_worker_mid_run_loses_nothing(stack, cast):
     token = cast["alice"]["token"]
     web1, web2 = stack.web_urls["web1"], stack.web_urls["web2"]
-    task_ids = [create(web1, token, "run_pipeline", {"pipeline": f"p{n}", "stages": 3,
-                                                     "stage_seconds": 0.5}) for n in range(20)]
+    task_ids = [
+        create(
+            web1, token, "run_pipeline", {"pipeline": f"p{n}", "stages": 3, "stage_seconds": 0.5}
+        )
+        for n in range(20)
+    ]
     time.sleep(1.0)
     stack.kill("worker1")
     stack.kill("web1")
@@ -149,6 +187,9 @@ def test_killing_a_web_process_and_a_worker_mid_run_loses_nothing(stack, cast):
     from audit.models import AuditEvent
 
     for task_id in task_ids:
-        actions = list(AuditEvent.objects.filter(task_id=task_id).order_by("chain", "seq")
-                       .values_list("action", flat=True))
+        actions = list(
+            AuditEvent.objects.filter(task_id=task_id)
+            .order_by("chain", "seq")
+            .values_list("action", flat=True)
+        )
         assert actions[0] == "task.created" and actions[-1] == "task.completed"

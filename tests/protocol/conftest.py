@@ -70,14 +70,15 @@ class McpClient:
         self.token = token
         self.next_id = 0
 
-    def raw(self, content: bytes | str, headers: dict[str, str] | None = None,
-            method: str = "POST") -> Reply:
+    def raw(
+        self, content: bytes | str, headers: dict[str, str] | None = None, method: str = "POST"
+    ) -> Reply:
         async def go() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app)
-            async with httpx.AsyncClient(transport=transport,
-                                         base_url="http://127.0.0.1:8000") as client:
-                return await client.request(method, "/mcp", content=content,
-                                            headers=headers or {})
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1:8000"
+            ) as client:
+                return await client.request(method, "/mcp", content=content, headers=headers or {})
 
         response = asyncio.run(go())
         try:
@@ -87,31 +88,51 @@ class McpClient:
         return Reply(response.status_code, response.headers, body)
 
     def headers_for(self, method: str, params: dict[str, Any]) -> dict[str, str]:
-        headers = {"content-type": "application/json",
-                   "accept": "application/json, text/event-stream",
-                   "mcp-protocol-version": VERSION, "mcp-method": method}
-        name = {"tools/call": params.get("name"), "tasks/get": params.get("taskId"),
-                "tasks/update": params.get("taskId"),
-                "tasks/cancel": params.get("taskId")}.get(method)
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": VERSION,
+            "mcp-method": method,
+        }
+        name = {
+            "tools/call": params.get("name"),
+            "tasks/get": params.get("taskId"),
+            "tasks/update": params.get("taskId"),
+            "tasks/cancel": params.get("taskId"),
+        }.get(method)
         if isinstance(name, str):
             headers["mcp-name"] = name
         if self.token:
             headers["authorization"] = f"Bearer {self.token}"
         return headers
 
-    def call(self, method: str, params: dict[str, Any] | None = None, *,
-             capabilities: dict[str, Any] | None = None,
-             headers: dict[str, str] | None = None, request_id: Any = None) -> Reply:
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        capabilities: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        request_id: Any = None,
+    ) -> Reply:
         params = dict(params or {})
-        params.setdefault("_meta", {
-            "io.modelcontextprotocol/protocolVersion": VERSION,
-            "io.modelcontextprotocol/clientCapabilities":
-                TASK_CAPS if capabilities is None else capabilities,
-            "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
-        })
+        params.setdefault(
+            "_meta",
+            {
+                "io.modelcontextprotocol/protocolVersion": VERSION,
+                "io.modelcontextprotocol/clientCapabilities": TASK_CAPS
+                if capabilities is None
+                else capabilities,
+                "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
+            },
+        )
         self.next_id += 1
-        body = {"jsonrpc": "2.0", "id": self.next_id if request_id is None else request_id,
-                "method": method, "params": params}
+        body = {
+            "jsonrpc": "2.0",
+            "id": self.next_id if request_id is None else request_id,
+            "method": method,
+            "params": params,
+        }
         merged = self.headers_for(method, params)
         for key, value in (headers or {}).items():
             if value is None:
@@ -139,18 +160,35 @@ def mcp(mcp_for: Any) -> McpClient:
 # Everything a response must satisfy: the schema of what it answers, plus what the schemas cannot
 # express (literal resultType values, "at least one of inputRequests/requestState", the HTTP
 # status of each error code, the reserved error range, id echo, serverInfo, no stray fields).
-ERROR_OBJECT_DEFS = {-32700: "ParseError", -32600: "InvalidRequestError",
-                     -32601: "MethodNotFoundError", -32602: "InvalidParamsError",
-                     -32603: "InternalError"}
-ERROR_RESPONSE_DEFS = {-32020: "HeaderMismatchError",
-                       -32021: "MissingRequiredClientCapabilityError",
-                       -32022: "UnsupportedProtocolVersionError"}
-ERROR_HTTP_STATUS = {-32700: {400}, -32600: {400}, -32601: {404}, -32020: {400}, -32021: {400},
-                     -32022: {400}, -32602: {200, 400}, -32603: {200}}
-RESULT_DEFS = {"server/discover": ("DiscoverResult", False),
-               "tools/list": ("ListToolsResult", False),
-               "tasks/get": ("GetTaskResult", True), "tasks/update": ("UpdateTaskResult", True),
-               "tasks/cancel": ("CancelTaskResult", True)}
+ERROR_OBJECT_DEFS = {
+    -32700: "ParseError",
+    -32600: "InvalidRequestError",
+    -32601: "MethodNotFoundError",
+    -32602: "InvalidParamsError",
+    -32603: "InternalError",
+}
+ERROR_RESPONSE_DEFS = {
+    -32020: "HeaderMismatchError",
+    -32021: "MissingRequiredClientCapabilityError",
+    -32022: "UnsupportedProtocolVersionError",
+}
+ERROR_HTTP_STATUS = {
+    -32700: {400},
+    -32600: {400},
+    -32601: {404},
+    -32020: {400},
+    -32021: {400},
+    -32022: {400},
+    -32602: {200, 400},
+    -32603: {200},
+}
+RESULT_DEFS = {
+    "server/discover": ("DiscoverResult", False),
+    "tools/list": ("ListToolsResult", False),
+    "tasks/get": ("GetTaskResult", True),
+    "tasks/update": ("UpdateTaskResult", True),
+    "tasks/cancel": ("CancelTaskResult", True),
+}
 INPUT_METHODS = {"elicitation/create", "sampling/createMessage", "roots/list"}
 CACHEABLE = {"server/discover", "tools/list"}
 TASK_FORBIDDEN_KEYS = {"task", "ttl", "pollInterval", "requestState"}
@@ -230,8 +268,9 @@ def assert_result(method: str, result: dict[str, Any], capabilities: dict[str, A
         validate("Result", result)
 
 
-def assert_wire(reply: Reply, *, method: str, request_id: Any,
-                capabilities: dict[str, Any]) -> None:
+def assert_wire(
+    reply: Reply, *, method: str, request_id: Any, capabilities: dict[str, Any]
+) -> None:
     """Every check a reply to a JSON-RPC request must pass."""
     assert reply.status != 500, reply.body
     if reply.status in (401, 403):  # authentication answers are HTTP, with a challenge
@@ -261,19 +300,27 @@ def assert_wire(reply: Reply, *, method: str, request_id: Any,
 class CheckedClient(McpClient):
     """An McpClient that runs :func:`assert_wire` on every reply."""
 
-    def call(self, method: str, params: dict[str, Any] | None = None, *,
-             capabilities: dict[str, Any] | None = None,
-             headers: dict[str, str] | None = None, request_id: Any = None,
-             check: bool = True) -> Reply:
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        capabilities: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        request_id: Any = None,
+        check: bool = True,
+    ) -> Reply:
         params = dict(params or {})
         caps = TASK_CAPS if capabilities is None else capabilities
         meta = params.get("_meta")
-        if isinstance(meta, dict) and isinstance(meta.get(
-                "io.modelcontextprotocol/clientCapabilities"), dict):
+        if isinstance(meta, dict) and isinstance(
+            meta.get("io.modelcontextprotocol/clientCapabilities"), dict
+        ):
             caps = meta["io.modelcontextprotocol/clientCapabilities"]
         expected_id = self.next_id + 1 if request_id is None else request_id
-        reply = super().call(method, params, capabilities=capabilities, headers=headers,
-                             request_id=request_id)
+        reply = super().call(
+            method, params, capabilities=capabilities, headers=headers, request_id=request_id
+        )
         if check:
             assert_wire(reply, method=method, request_id=expected_id, capabilities=caps)
         return reply
@@ -303,23 +350,43 @@ class AsgiExchange:
 
     @property
     def body(self) -> Any:
-        raw = b"".join(m.get("body", b"") for m in self.messages
-                       if m["type"] == "http.response.body")
+        raw = b"".join(
+            m.get("body", b"") for m in self.messages if m["type"] == "http.response.body"
+        )
         return json.loads(raw) if raw else None
 
 
-def asgi_request(headers: list[tuple[bytes, bytes]], body: bytes | list[dict[str, Any]], *,
-                 method: str = "POST", path: str = "/mcp", query: bytes = b"") -> AsgiExchange:
+def asgi_request(
+    headers: list[tuple[bytes, bytes]],
+    body: bytes | list[dict[str, Any]],
+    *,
+    method: str = "POST",
+    path: str = "/mcp",
+    query: bytes = b"",
+) -> AsgiExchange:
     """Drive the ASGI application with raw header bytes (what httpx refuses to send) or a
     scripted list of ``receive`` events (e.g. a disconnect); record every ``send``."""
     from mcptasks.asgi import application
 
-    events = body if isinstance(body, list) else [
-        {"type": "http.request", "body": body, "more_body": False}]
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-             "query_string": query, "root_path": "", "headers": headers,
-             "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 8000)}
+    events = (
+        body
+        if isinstance(body, list)
+        else [{"type": "http.request", "body": body, "more_body": False}]
+    )
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query,
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
     sent: list[dict[str, Any]] = []
     queue = list(events)
 
@@ -339,12 +406,17 @@ def asgi_request(headers: list[tuple[bytes, bytes]], body: bytes | list[dict[str
     return AsgiExchange(sent)
 
 
-def mcp_headers(method: str, name: str | None = None, token: str | None = None
-                ) -> list[tuple[bytes, bytes]]:
+def mcp_headers(
+    method: str, name: str | None = None, token: str | None = None
+) -> list[tuple[bytes, bytes]]:
     """Raw ASGI headers of a well-formed request."""
-    headers = [(b"host", b"127.0.0.1:8000"), (b"content-type", b"application/json"),
-               (b"accept", b"application/json, text/event-stream"),
-               (b"mcp-protocol-version", VERSION.encode()), (b"mcp-method", method.encode())]
+    headers = [
+        (b"host", b"127.0.0.1:8000"),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"mcp-protocol-version", VERSION.encode()),
+        (b"mcp-method", method.encode()),
+    ]
     if name is not None:
         headers.append((b"mcp-name", name.encode()))
     if token:
@@ -352,12 +424,21 @@ def mcp_headers(method: str, name: str | None = None, token: str | None = None
     return headers
 
 
-def request_body(method: str, params: dict[str, Any] | None = None, request_id: Any = 1,
-                 capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+def request_body(
+    method: str,
+    params: dict[str, Any] | None = None,
+    request_id: Any = 1,
+    capabilities: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A well-formed JSON-RPC request (``_meta`` filled in unless params carry one)."""
     params = dict(params or {})
-    params.setdefault("_meta", {
-        "io.modelcontextprotocol/protocolVersion": VERSION,
-        "io.modelcontextprotocol/clientCapabilities":
-            TASK_CAPS if capabilities is None else capabilities})
+    params.setdefault(
+        "_meta",
+        {
+            "io.modelcontextprotocol/protocolVersion": VERSION,
+            "io.modelcontextprotocol/clientCapabilities": TASK_CAPS
+            if capabilities is None
+            else capabilities,
+        },
+    )
     return {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}

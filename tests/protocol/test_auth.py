@@ -60,11 +60,21 @@ def test_missing_token_is_401_with_a_bearer_challenge(db) -> None:
     assert 'scope="mcp"' in challenge
 
 
-@pytest.mark.parametrize("authorization", [
-    "Bearer", "Bearer ", "Basic YWxpY2U6cGFzcw==", "Token abc", "bearer-mcpt_x_y",
-    "Bearer mcpt_nope", "Bearer mcpt_000000000000_" + "x" * 43, "Bearer " + "a" * 5000,
-    "Bearer mcpt__secret", "Bearer mcpt_lookup_",
-])
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        "Bearer",
+        "Bearer ",
+        "Basic YWxpY2U6cGFzcw==",
+        "Token abc",
+        "bearer-mcpt_x_y",
+        "Bearer mcpt_nope",
+        "Bearer mcpt_000000000000_" + "x" * 43,
+        "Bearer " + "a" * 5000,
+        "Bearer mcpt__secret",
+        "Bearer mcpt_lookup_",
+    ],
+)
 def test_invalid_or_malformed_token_is_401(db, authorization: str) -> None:
     client = CheckedClient(None)
     reply = client.call("tools/list", headers={"authorization": authorization})
@@ -113,26 +123,35 @@ def test_scope_hierarchy_is_honoured(issue) -> None:
     assert CheckedClient(issue(scopes=["mcp"])).call("tools/list").status == 200
 
 
-@pytest.mark.parametrize("query", ["access_token={token}", "token={token}",
-                                   "authorization=Bearer%20{token}"])
+@pytest.mark.parametrize(
+    "query", ["access_token={token}", "token={token}", "authorization=Bearer%20{token}"]
+)
 def test_token_in_the_query_string_is_never_accepted(cast, query: str) -> None:
     token = cast["alice"]["token"]
     body = json.dumps(request_body("tools/list")).encode()
-    exchange = asgi_request(mcp_headers("tools/list"), body,
-                            query=query.format(token=token).encode())
+    exchange = asgi_request(
+        mcp_headers("tools/list"), body, query=query.format(token=token).encode()
+    )
     assert exchange.status == 401
 
 
 def test_principal_comes_from_the_token_only(cast, run_jobs) -> None:
     alice = CheckedClient(cast["alice"]["token"])
-    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-            "io.modelcontextprotocol/clientCapabilities": {
-                "extensions": {"io.modelcontextprotocol/tasks": {}}},
-            "io.modelcontextprotocol/clientInfo": {"name": "bob", "version": "1"},
-            "principal": "bob", "user": "bob", "tenant": "globex"}
-    reply = alice.call("tools/call", {"name": "echo_task", "_meta": meta},
-                       headers={"x-forwarded-user": "bob", "x-remote-user": "bob",
-                                "x-mcptasks-tenant": "globex"})
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+        "io.modelcontextprotocol/clientInfo": {"name": "bob", "version": "1"},
+        "principal": "bob",
+        "user": "bob",
+        "tenant": "globex",
+    }
+    reply = alice.call(
+        "tools/call",
+        {"name": "echo_task", "_meta": meta},
+        headers={"x-forwarded-user": "bob", "x-remote-user": "bob", "x-mcptasks-tenant": "globex"},
+    )
     task = Task.objects.get(pk=reply.result["taskId"])
     assert task.principal == cast["alice"]["user"]
     assert task.tenant == cast["alice"]["tenant"]
@@ -145,10 +164,14 @@ def test_principal_comes_from_the_token_only(cast, run_jobs) -> None:
 
 def test_every_method_is_authenticated(db) -> None:
     anonymous = CheckedClient(None)
-    for method, params in [("server/discover", {}), ("tools/list", {}),
-                           ("tools/call", {"name": "echo_task"}),
-                           ("tasks/get", {"taskId": "x"}), ("tasks/cancel", {"taskId": "x"}),
-                           ("tasks/update", {"taskId": "x", "inputResponses": {}})]:
+    for method, params in [
+        ("server/discover", {}),
+        ("tools/list", {}),
+        ("tools/call", {"name": "echo_task"}),
+        ("tasks/get", {"taskId": "x"}),
+        ("tasks/cancel", {"taskId": "x"}),
+        ("tasks/update", {"taskId": "x", "inputResponses": {}}),
+    ]:
         unauthorized(anonymous.call(method, params))
     assert not Task.objects.exists()
 
@@ -168,40 +191,52 @@ def test_protocol_errors_come_before_authentication(db) -> None:
 def test_conformance_mode_is_off_by_default() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MCPTASKS_CONFORMANCE")}
     env["DJANGO_SETTINGS_MODULE"] = "mcptasks.settings"
-    code = ("import django; django.setup(); from django.conf import settings; "
-            "print(settings.MCPTASKS_CONFORMANCE_MODE)")
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-                             os.path.abspath(__file__)))))
+    code = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.MCPTASKS_CONFORMANCE_MODE)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    )
     assert out.stdout.strip() == "False"
 
 
 def test_without_conformance_mode_a_tokenless_request_is_401(db, settings) -> None:
     settings.MCPTASKS_CONFORMANCE_MODE = False
-    exchange = asgi_request(mcp_headers("tools/list"), json.dumps(
-        request_body("tools/list")).encode())
+    exchange = asgi_request(
+        mcp_headers("tools/list"), json.dumps(request_body("tools/list")).encode()
+    )
     assert exchange.status == 401
 
 
 def test_conformance_mode_maps_tokenless_requests_to_the_fixed_principal(db, settings) -> None:
     settings.MCPTASKS_CONFORMANCE_MODE = True
-    exchange = asgi_request(mcp_headers("tools/list"), json.dumps(
-        request_body("tools/list")).encode())
+    exchange = asgi_request(
+        mcp_headers("tools/list"), json.dumps(request_body("tools/list")).encode()
+    )
     assert exchange.status == 200
     # a token, when sent, is still checked: an invalid one is not waved through
     headers = [*mcp_headers("tools/list"), (b"authorization", b"Bearer mcpt_bad_token")]
     assert asgi_request(headers, json.dumps(request_body("tools/list")).encode()).status == 401
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.10", "example.com", "[::]",
-                                  "10.0.0.1"])
-def test_serve_refuses_a_non_loopback_address_in_conformance_mode(settings, host: str,
-                                                                  monkeypatch) -> None:
+@pytest.mark.parametrize(
+    "host", ["0.0.0.0", "::", "192.168.1.10", "example.com", "[::]", "10.0.0.1"]
+)
+def test_serve_refuses_a_non_loopback_address_in_conformance_mode(
+    settings, host: str, monkeypatch
+) -> None:
     settings.MCPTASKS_CONFORMANCE_MODE = True
     started: list = []
     monkeypatch.setattr("mcptasks.embedded.start", lambda **kw: started.append(kw))
-    monkeypatch.setattr("daphne.cli.CommandLineInterface.run",
-                        lambda self, args: started.append(args))
+    monkeypatch.setattr(
+        "daphne.cli.CommandLineInterface.run", lambda self, args: started.append(args)
+    )
     with pytest.raises(CommandError, match="loopback"):
         call_command("serve", host=host, port=0)
     assert started == []  # refused before anything started
@@ -212,7 +247,8 @@ def test_serve_allows_loopback_in_conformance_mode(settings, host: str, monkeypa
     settings.MCPTASKS_CONFORMANCE_MODE = True
     started: list = []
     monkeypatch.setattr("mcptasks.embedded.start", lambda **kw: started.append(kw))
-    monkeypatch.setattr("daphne.cli.CommandLineInterface.run",
-                        lambda self, args: started.append(args))
+    monkeypatch.setattr(
+        "daphne.cli.CommandLineInterface.run", lambda self, args: started.append(args)
+    )
     call_command("serve", host=host, port=8123, no_worker=True)
     assert started and started[-1][:2] == ["-b", host]

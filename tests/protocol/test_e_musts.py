@@ -56,21 +56,28 @@ def test_E2_discover_result_fields(checked: CheckedClient) -> None:
 
 
 # ---------------------------------------------------------------- E3
-@pytest.mark.parametrize("meta", [
-    None,  # no _meta at all
-    "not an object",
-    {META_CAPS: {}},  # no protocolVersion
-    {META_VERSION: VERSION},  # no clientCapabilities
-    {META_VERSION: "", META_CAPS: {}},
-    {META_VERSION: VERSION, META_CAPS: None},
-    {META_VERSION: VERSION, META_CAPS: ["sampling"]},
-    {META_VERSION: 20260728, META_CAPS: {}},
-])
+@pytest.mark.parametrize(
+    "meta",
+    [
+        None,  # no _meta at all
+        "not an object",
+        {META_CAPS: {}},  # no protocolVersion
+        {META_VERSION: VERSION},  # no clientCapabilities
+        {META_VERSION: "", META_CAPS: {}},
+        {META_VERSION: VERSION, META_CAPS: None},
+        {META_VERSION: VERSION, META_CAPS: ["sampling"]},
+        {META_VERSION: 20260728, META_CAPS: {}},
+    ],
+)
 @pytest.mark.parametrize("method", ["server/discover", "tools/list", "tools/call", "tasks/get"])
-def test_E3_missing_meta_fields_are_400_invalid_params(checked: CheckedClient, meta,
-                                                       method: str) -> None:
-    params: dict = {"name": "echo_task"} if method == "tools/call" else (
-        {"taskId": "t"} if method == "tasks/get" else {})
+def test_E3_missing_meta_fields_are_400_invalid_params(
+    checked: CheckedClient, meta, method: str
+) -> None:
+    params: dict = (
+        {"name": "echo_task"}
+        if method == "tools/call"
+        else ({"taskId": "t"} if method == "tasks/get" else {})
+    )
     if meta is not None:
         params["_meta"] = meta
     body = {"jsonrpc": "2.0", "id": 41, "method": method, "params": params}
@@ -112,8 +119,7 @@ def test_E4_identity_never_carries_over(checked: CheckedClient) -> None:
 # ---------------------------------------------------------------- E5
 def test_E5_tool_requiring_a_capability_gets_32021_with_an_object(checked: CheckedClient) -> None:
     toolpack.PROTOCOL_PROBES.clear()
-    reply = checked.call("tools/call", {"name": "needs_sampling"},
-                         capabilities={"elicitation": {}})
+    reply = checked.call("tools/call", {"name": "needs_sampling"}, capabilities={"elicitation": {}})
     assert reply.status == 400
     error = error_of(reply, -32021)
     assert error["data"] == {"requiredCapabilities": {"sampling": {}}}
@@ -122,11 +128,17 @@ def test_E5_tool_requiring_a_capability_gets_32021_with_an_object(checked: Check
     assert ok.result["content"][0]["text"] == "ran"
 
 
-@pytest.mark.parametrize("tool,capability", [("mrtr_confirm_then_apply", "elicitation"),
-                                             ("mrtr_sample", "sampling"),
-                                             ("mrtr_roots", "roots")])
+@pytest.mark.parametrize(
+    "tool,capability",
+    [
+        ("mrtr_confirm_then_apply", "elicitation"),
+        ("mrtr_sample", "sampling"),
+        ("mrtr_roots", "roots"),
+    ],
+)
 def test_E5_input_request_needing_an_undeclared_capability_is_32021(
-        checked: CheckedClient, tool: str, capability: str) -> None:
+    checked: CheckedClient, tool: str, capability: str
+) -> None:
     caps = {k: v for k, v in TASK_CAPS.items() if k not in (capability, "extensions")}
     reply = checked.call("tools/call", {"name": tool}, capabilities=caps)
     assert reply.status == 400
@@ -136,8 +148,7 @@ def test_E5_input_request_needing_an_undeclared_capability_is_32021(
 def test_E5_task_only_tool_without_the_extension_is_32021(checked: CheckedClient) -> None:
     reply = checked.call("tools/call", {"name": "echo_task"}, capabilities={"elicitation": {}})
     assert reply.status == 400
-    assert error_of(reply, -32021)["data"]["requiredCapabilities"] == {
-        "extensions": {TASKS: {}}}
+    assert error_of(reply, -32021)["data"]["requiredCapabilities"] == {"extensions": {TASKS: {}}}
     assert not Task.objects.exists()
 
 
@@ -146,7 +157,8 @@ def test_E6_every_result_carries_result_type(checked: CheckedClient, run_jobs) -
     created = checked.call("tools/call", {"name": "echo_task"}).result
     run_jobs()
     replies = [
-        checked.call("server/discover"), checked.call("tools/list"),
+        checked.call("server/discover"),
+        checked.call("tools/list"),
         checked.call("tools/call", {"name": "inline_tool_error"}),
         checked.call("tools/call", {"name": "mrtr_confirm_then_apply"}),
         checked.call("tasks/get", {"taskId": created["taskId"]}),
@@ -159,11 +171,15 @@ def test_E6_every_result_carries_result_type(checked: CheckedClient, run_jobs) -
 def test_E7_task_result_type_only_when_the_extension_is_declared(checked: CheckedClient) -> None:
     declared = checked.call("tools/call", {"name": "echo_auto"})
     assert declared.result["resultType"] == "task"
-    legacy = checked.call("tools/call", {"name": "echo_auto"},
-                          capabilities={"tasks": {"requests": {"tools": {"call": {}}}}})
+    legacy = checked.call(
+        "tools/call",
+        {"name": "echo_auto"},
+        capabilities={"tasks": {"requests": {"tools": {"call": {}}}}},
+    )
     assert legacy.result["resultType"] == "complete"  # legacy declaration does not count
-    other = checked.call("tools/call", {"name": "echo_auto"},
-                         capabilities={"extensions": {"io.example/other": {}}})
+    other = checked.call(
+        "tools/call", {"name": "echo_auto"}, capabilities={"extensions": {"io.example/other": {}}}
+    )
     assert other.result["resultType"] == "complete"
 
 
@@ -176,8 +192,9 @@ def test_E8_only_defined_codes_in_the_reserved_range(checked: CheckedClient) -> 
         checked.call("tasks/cancel", {"taskId": "no-such-task"}),
         checked.call("tools/list", {"cursor": "bogus"}),
         checked.call("tools/call", {"name": "inline_boom"}),
-        checked.call("resources/read", {"uri": "file:///missing"},
-                     headers={"mcp-name": "file:///missing"}),
+        checked.call(
+            "resources/read", {"uri": "file:///missing"}, headers={"mcp-name": "file:///missing"}
+        ),
     ]
     codes = [p.body["error"]["code"] for p in probes]
     assert codes == [-32602, -32602, -32602, -32602, -32602, -32603, -32601]
@@ -186,18 +203,24 @@ def test_E8_only_defined_codes_in_the_reserved_range(checked: CheckedClient) -> 
 
 @pytest.mark.parametrize("request_id", [0, 7, -3, 2**53, "abc", "", "ünï"])
 def test_E9_errors_echo_the_request_id(checked: CheckedClient, request_id) -> None:
-    reply = checked.call("tools/list", headers={"mcp-method": "tools/call"},
-                         request_id=request_id)
+    reply = checked.call("tools/list", headers={"mcp-method": "tools/call"}, request_id=request_id)
     assert reply.body["id"] == request_id
     reply = checked.call("unknown/method", request_id=request_id)
     assert reply.body["id"] == request_id and reply.status == 404
 
 
-@pytest.mark.parametrize("body", [b"{not json", b"\xff\xfe", b"[]",
-                                  b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
-                                  b'{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}',
-                                  b'{"jsonrpc":"2.0","id":true,"method":"tools/list"}',
-                                  b'{"jsonrpc":"2.0","id":{},"method":"tools/list"}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"\xff\xfe",
+        b"[]",
+        b'{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
+        b'{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}',
+        b'{"jsonrpc":"2.0","id":true,"method":"tools/list"}',
+        b'{"jsonrpc":"2.0","id":{},"method":"tools/list"}',
+    ],
+)
 def test_E9_unreadable_ids_are_omitted(checked: CheckedClient, body: bytes) -> None:
     reply = checked.raw(body, checked.headers_for("tools/list", {}))
     assert reply.status == 400
@@ -240,8 +263,11 @@ def test_E13_access_control_does_not_rely_on_cache_scope(checked_for, run_jobs) 
     run_jobs()
     assert alice.call("tasks/get", {"taskId": task_id}).result["status"] == "completed"
     for other in (bob, adam):  # another tenant, and another member of the same tenant
-        for method, extra in [("tasks/get", {}), ("tasks/cancel", {}),
-                              ("tasks/update", {"inputResponses": {}})]:
+        for method, extra in [
+            ("tasks/get", {}),
+            ("tasks/cancel", {}),
+            ("tasks/update", {"inputResponses": {}}),
+        ]:
             reply = other.call(method, {"taskId": task_id, **extra})
             error = error_of(reply, -32602)
             unknown = other.call(method, {"taskId": "x" * len(task_id), **extra})
@@ -263,15 +289,23 @@ def test_E14_tools_list_never_varies_by_connection_or_side_effect(checked_for, r
 # ---------------------------------------------------------------- E15
 def test_E15_mrtr_state_travels_only_in_request_state(checked: CheckedClient) -> None:
     first = checked.call("tools/call", {"name": "mrtr_two_rounds_then_apply"}).result
-    second = checked.call("tools/call", {
-        "name": "mrtr_two_rounds_then_apply",
-        "inputResponses": {"name": {"action": "accept", "content": {"name": "Ann"}}},
-        "requestState": first["requestState"]}).result
+    second = checked.call(
+        "tools/call",
+        {
+            "name": "mrtr_two_rounds_then_apply",
+            "inputResponses": {"name": {"action": "accept", "content": {"name": "Ann"}}},
+            "requestState": first["requestState"],
+        },
+    ).result
     assert list(second["inputRequests"]) == ["confirm"]
     # The server kept nothing: the same answer without the requestState starts from the top.
-    again = checked.call("tools/call", {
-        "name": "mrtr_two_rounds_then_apply",
-        "inputResponses": {"confirm": {"action": "accept", "content": {"ok": True}}}}).result
+    again = checked.call(
+        "tools/call",
+        {
+            "name": "mrtr_two_rounds_then_apply",
+            "inputResponses": {"confirm": {"action": "accept", "content": {"ok": True}}},
+        },
+    ).result
     assert again["resultType"] == "input_required"
     assert list(again["inputRequests"]) == ["name"]
 
@@ -295,8 +329,7 @@ def test_E16_network_refs_are_never_dereferenced(checked: CheckedClient, monkeyp
 
 # ---------------------------------------------------------------- E17
 def test_E17_notifications_are_never_answered(checked: CheckedClient) -> None:
-    for method in ("notifications/initialized", "notifications/cancelled",
-                   "notifications/unknown"):
+    for method in ("notifications/initialized", "notifications/cancelled", "notifications/unknown"):
         body = {"jsonrpc": "2.0", "method": method, "params": request_body(method)["params"]}
         reply = checked.raw(json.dumps(body), checked.headers_for(method, {}))
         assert reply.status == 202 and reply.body is None

@@ -29,40 +29,87 @@ from tests.protocol.conftest import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-FUZZ = settings(max_examples=60, deadline=None, derandomize=True,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 
-METHODS = ["server/discover", "tools/list", "tools/call", "tasks/get", "tasks/update",
-           "tasks/cancel", "subscriptions/listen", "initialize", "prompts/get", "x/y"]
-TOOLS = ["echo_task", "echo_auto", "mrtr_confirm_then_apply", "mrtr_two_rounds_then_apply",
-         "mrtr_sample", "mrtr_roots", "routed", "structured_total", "needs_sampling",
-         "confirm_before_task", "inline_tool_error", "ask_twice", "no_such_tool"]
-NAME_FIELD = {"tools/call": "name", "prompts/get": "name", "tasks/get": "taskId",
-              "tasks/update": "taskId", "tasks/cancel": "taskId"}
+METHODS = [
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "tasks/get",
+    "tasks/update",
+    "tasks/cancel",
+    "subscriptions/listen",
+    "initialize",
+    "prompts/get",
+    "x/y",
+]
+TOOLS = [
+    "echo_task",
+    "echo_auto",
+    "mrtr_confirm_then_apply",
+    "mrtr_two_rounds_then_apply",
+    "mrtr_sample",
+    "mrtr_roots",
+    "routed",
+    "structured_total",
+    "needs_sampling",
+    "confirm_before_task",
+    "inline_tool_error",
+    "ask_twice",
+    "no_such_tool",
+]
+NAME_FIELD = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
 
-scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=40))
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40)
+)
 json_values = st.recursive(
     scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=12), children, max_size=4),
-    max_leaves=12)
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=12,
+)
 header_text = st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x2FF), max_size=40)
 
 
 def meta(capabilities: Any = None) -> dict[str, Any]:
-    return {"io.modelcontextprotocol/protocolVersion": VERSION,
-            "io.modelcontextprotocol/clientCapabilities":
-                TASK_CAPS if capabilities is None else capabilities}
+    return {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": TASK_CAPS
+        if capabilities is None
+        else capabilities,
+    }
 
 
-def headers_for(token: str | None, method: Any, params: Any,
-                overrides: dict[bytes, bytes | None] | None = None) -> list[tuple[bytes, bytes]]:
-    headers: dict[bytes, bytes] = {b"host": b"127.0.0.1:8000",
-                                   b"content-type": b"application/json",
-                                   b"accept": b"application/json, text/event-stream",
-                                   b"mcp-protocol-version": VERSION.encode()}
+def headers_for(
+    token: str | None, method: Any, params: Any, overrides: dict[bytes, bytes | None] | None = None
+) -> list[tuple[bytes, bytes]]:
+    headers: dict[bytes, bytes] = {
+        b"host": b"127.0.0.1:8000",
+        b"content-type": b"application/json",
+        b"accept": b"application/json, text/event-stream",
+        b"mcp-protocol-version": VERSION.encode(),
+    }
     if isinstance(method, str):
         headers[b"mcp-method"] = method.encode("utf-8", "replace")
         field = NAME_FIELD.get(method)
@@ -80,8 +127,10 @@ def headers_for(token: str | None, method: Any, params: Any,
 
 def send(headers: list[tuple[bytes, bytes]], body: bytes) -> AsgiExchange:
     # The body, then a disconnect (which ends a subscriptions/listen stream).
-    return asgi_request(headers, [{"type": "http.request", "body": body, "more_body": False},
-                                  {"type": "http.disconnect"}])
+    return asgi_request(
+        headers,
+        [{"type": "http.request", "body": body, "more_body": False}, {"type": "http.disconnect"}],
+    )
 
 
 def check(exchange: AsgiExchange, *, before: tuple[int, int, int]) -> None:
@@ -121,13 +170,22 @@ def token(cast) -> str:
 
 # ---------------------------------------------------------------- envelopes
 @FUZZ
-@given(envelope=st.dictionaries(
-    st.sampled_from(["jsonrpc", "id", "method", "params", "result", "error", "extra"]),
-    json_values | st.sampled_from(["2.0", *METHODS]), max_size=6))
+@given(
+    envelope=st.dictionaries(
+        st.sampled_from(["jsonrpc", "id", "method", "params", "result", "error", "extra"]),
+        json_values | st.sampled_from(["2.0", *METHODS]),
+        max_size=6,
+    )
+)
 def test_fuzz_envelope_fields(token: str, envelope: dict) -> None:
     before = counts()
-    check(send(headers_for(token, envelope.get("method"), envelope.get("params")),
-               json.dumps(envelope).encode()), before=before)
+    check(
+        send(
+            headers_for(token, envelope.get("method"), envelope.get("params")),
+            json.dumps(envelope).encode(),
+        ),
+        before=before,
+    )
 
 
 @FUZZ
@@ -138,30 +196,58 @@ def test_fuzz_any_json_body(token: str, body: Any) -> None:
 
 
 @FUZZ
-@given(raw=st.binary(max_size=200) | st.text(max_size=200).map(
-    lambda t: t.encode("utf-8", "surrogatepass")))
+@given(
+    raw=st.binary(max_size=200)
+    | st.text(max_size=200).map(lambda t: t.encode("utf-8", "surrogatepass"))
+)
 def test_fuzz_bad_bytes_and_bad_utf8(token: str, raw: bytes) -> None:
     before = counts()
     check(send(headers_for(token, "tools/list", {}), raw), before=before)
     # invalid UTF-8 inside an otherwise valid request
-    valid = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list",
-                        "params": {"_meta": meta(), "x": "__"}}).encode()
-    check(send(headers_for(token, "tools/list", {}),
-               valid.replace(b"__", raw[:20] + b"\xff\xc3(")), before=before)
+    valid = json.dumps(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta(), "x": "__"}}
+    ).encode()
+    check(
+        send(headers_for(token, "tools/list", {}), valid.replace(b"__", raw[:20] + b"\xff\xc3(")),
+        before=before,
+    )
 
 
 # ---------------------------------------------------------------- params
 @FUZZ
-@given(method=st.sampled_from(METHODS), name=st.sampled_from(TOOLS) | st.text(max_size=20),
-       params=st.dictionaries(
-           st.sampled_from(["name", "arguments", "taskId", "inputResponses", "requestState",
-                            "cursor", "task", "notifications", "uri", "extra"]),
-           json_values, max_size=5),
-       capabilities=st.sampled_from([None, {}, {"extensions": {}}]) | json_values,
-       drop_meta_key=st.sampled_from([None, "io.modelcontextprotocol/protocolVersion",
-                                      "io.modelcontextprotocol/clientCapabilities"]))
-def test_fuzz_params(token: str, method: str, name: str, params: dict, capabilities: Any,
-                     drop_meta_key: str | None) -> None:
+@given(
+    method=st.sampled_from(METHODS),
+    name=st.sampled_from(TOOLS) | st.text(max_size=20),
+    params=st.dictionaries(
+        st.sampled_from(
+            [
+                "name",
+                "arguments",
+                "taskId",
+                "inputResponses",
+                "requestState",
+                "cursor",
+                "task",
+                "notifications",
+                "uri",
+                "extra",
+            ]
+        ),
+        json_values,
+        max_size=5,
+    ),
+    capabilities=st.sampled_from([None, {}, {"extensions": {}}]) | json_values,
+    drop_meta_key=st.sampled_from(
+        [
+            None,
+            "io.modelcontextprotocol/protocolVersion",
+            "io.modelcontextprotocol/clientCapabilities",
+        ]
+    ),
+)
+def test_fuzz_params(
+    token: str, method: str, name: str, params: dict, capabilities: Any, drop_meta_key: str | None
+) -> None:
     params = {"name": name, **params} if method == "tools/call" else params
     params["_meta"] = meta(capabilities)
     if drop_meta_key:
@@ -172,14 +258,25 @@ def test_fuzz_params(token: str, method: str, name: str, params: dict, capabilit
 
 
 @FUZZ
-@given(tool=st.sampled_from(TOOLS), arguments=json_values,
-       responses=st.dictionaries(st.sampled_from(["confirm", "name", "question", "roots", "go",
-                                                  "x"]), json_values, max_size=3),
-       state=st.none() | st.text(max_size=80) | json_values)
-def test_fuzz_tool_arguments_and_mrtr(token: str, tool: str, arguments: Any, responses: dict,
-                                      state: Any) -> None:
-    params: dict[str, Any] = {"name": tool, "arguments": arguments, "inputResponses": responses,
-                              "_meta": meta()}
+@given(
+    tool=st.sampled_from(TOOLS),
+    arguments=json_values,
+    responses=st.dictionaries(
+        st.sampled_from(["confirm", "name", "question", "roots", "go", "x"]),
+        json_values,
+        max_size=3,
+    ),
+    state=st.none() | st.text(max_size=80) | json_values,
+)
+def test_fuzz_tool_arguments_and_mrtr(
+    token: str, tool: str, arguments: Any, responses: dict, state: Any
+) -> None:
+    params: dict[str, Any] = {
+        "name": tool,
+        "arguments": arguments,
+        "inputResponses": responses,
+        "_meta": meta(),
+    }
     if state is not None:
         params["requestState"] = state
     before = counts()
@@ -189,16 +286,32 @@ def test_fuzz_tool_arguments_and_mrtr(token: str, tool: str, arguments: Any, res
 
 # ---------------------------------------------------------------- headers
 @FUZZ
-@given(method=st.sampled_from(["tools/list", "tools/call", "tasks/get"]),
-       overrides=st.dictionaries(
-           st.sampled_from([b"mcp-method", b"mcp-name", b"mcp-protocol-version", b"origin",
-                            b"host", b"content-type", b"accept", b"authorization",
-                            b"mcp-param-region", b"MCP-METHOD", b"content-length"]),
-           st.none() | header_text.map(lambda t: t.encode("latin-1", "replace"))
-           | st.binary(max_size=30), max_size=3))
+@given(
+    method=st.sampled_from(["tools/list", "tools/call", "tasks/get"]),
+    overrides=st.dictionaries(
+        st.sampled_from(
+            [
+                b"mcp-method",
+                b"mcp-name",
+                b"mcp-protocol-version",
+                b"origin",
+                b"host",
+                b"content-type",
+                b"accept",
+                b"authorization",
+                b"mcp-param-region",
+                b"MCP-METHOD",
+                b"content-length",
+            ]
+        ),
+        st.none()
+        | header_text.map(lambda t: t.encode("latin-1", "replace"))
+        | st.binary(max_size=30),
+        max_size=3,
+    ),
+)
 def test_fuzz_headers(token: str, method: str, overrides: dict) -> None:
-    params = {"_meta": meta(), "name": "routed", "taskId": "t-1",
-              "arguments": {"region": "eu"}}
+    params = {"_meta": meta(), "name": "routed", "taskId": "t-1", "arguments": {"region": "eu"}}
     before = counts()
     body = json.dumps({"jsonrpc": "2.0", "id": 3, "method": method, "params": params})
     check(send(headers_for(token, method, params, overrides), body.encode()), before=before)
@@ -213,14 +326,15 @@ def test_deep_nesting(token: str, where: str, kind: str) -> None:
     templates = {
         "params": '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":%s}',
         "arguments": '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"routed",'
-                     '"arguments":{"note":%s},"_meta":' + json.dumps(meta()) + "}}",
+        '"arguments":{"note":%s},"_meta":' + json.dumps(meta()) + "}}",
         "meta": '{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":'
-                '{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
-                '"io.modelcontextprotocol/clientCapabilities":%s}}}',
+        '{"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+        '"io.modelcontextprotocol/clientCapabilities":%s}}}',
         "id": '{"jsonrpc":"2.0","id":%s,"method":"tools/list","params":{}}',
         "responses": '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":'
-                     '"mrtr_confirm_then_apply","inputResponses":{"confirm":%s},"_meta":'
-                     + json.dumps(meta()) + "}}",
+        '"mrtr_confirm_then_apply","inputResponses":{"confirm":%s},"_meta":'
+        + json.dumps(meta())
+        + "}}",
         "body": "%s",
     }
     method = "tools/call" if where in ("arguments", "responses") else "tools/list"
@@ -236,12 +350,14 @@ def test_nesting_just_under_the_parser_limit(token: str, depth: int) -> None:
     nested: Any = 1
     for _ in range(depth):
         nested = {"a": nested}
-    for tool, arguments in [("echo_task", {"text": nested}), ("routed", {"note": nested}),
-                            ("mrtr_confirm_then_apply", {"target": nested})]:
+    for tool, arguments in [
+        ("echo_task", {"text": nested}),
+        ("routed", {"note": nested}),
+        ("mrtr_confirm_then_apply", {"target": nested}),
+    ]:
         params = {"name": tool, "arguments": arguments, "_meta": meta()}
         try:
-            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                               "params": params})
+            body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
         except RecursionError:
             pytest.skip("the test's own encoder cannot go this deep")
         before = counts()
@@ -255,8 +371,14 @@ def test_huge_strings(token: str, size: int) -> None:
         ("tools/call", {"name": "routed", "arguments": {"note": big}}),
         ("tools/call", {"name": big[:5000], "arguments": {}}),
         ("tasks/get", {"taskId": big}),
-        ("tools/call", {"name": "mrtr_confirm_then_apply", "requestState": big,
-                        "inputResponses": {"confirm": {"action": "accept"}}}),
+        (
+            "tools/call",
+            {
+                "name": "mrtr_confirm_then_apply",
+                "requestState": big,
+                "inputResponses": {"confirm": {"action": "accept"}},
+            },
+        ),
         ("tools/list", {"cursor": big}),
     ]
     for method, params in cases:
@@ -269,9 +391,23 @@ def test_huge_strings(token: str, size: int) -> None:
             assert exchange.status == 413
 
 
-@pytest.mark.parametrize("number", ["1e400", "-1e400", "NaN", "Infinity", "-Infinity",
-                                    "18446744073709551616", "-0.0", "1e-400",
-                                    "9" * 5000, "0." + "9" * 5000, "1E+2", "0x10"])
+@pytest.mark.parametrize(
+    "number",
+    [
+        "1e400",
+        "-1e400",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "18446744073709551616",
+        "-0.0",
+        "1e-400",
+        "9" * 5000,
+        "0." + "9" * 5000,
+        "1E+2",
+        "0x10",
+    ],
+)
 def test_out_of_range_numbers(token: str, number: str) -> None:
     templates = [
         '{"jsonrpc":"2.0","id":%s,"method":"tools/list","params":{"_meta":%s}}',
@@ -287,8 +423,10 @@ def test_out_of_range_numbers(token: str, number: str) -> None:
         method = json.loads(template.replace("%s", "0"))["method"]
         extra = {}
         if method == "tools/call":
-            extra = {b"mcp-name": json.loads(template.replace("%s", "0"))["params"][
-                "name"].encode(), b"mcp-param-count": number.encode()}
+            extra = {
+                b"mcp-name": json.loads(template.replace("%s", "0"))["params"]["name"].encode(),
+                b"mcp-param-count": number.encode(),
+            }
         elif method == "tasks/get":
             extra = {b"mcp-name": number.encode()}
         before = counts()
@@ -308,7 +446,9 @@ def test_arguments_beyond_interoperable_integers_are_invalid_params(token: str, 
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400", "-1e999"])
 def test_non_json_numbers_are_parse_errors(token: str, literal: str) -> None:
-    body = ('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"routed",'
-            '"arguments":{"count":' + literal + '},"_meta":' + json.dumps(meta()) + "}}")
+    body = (
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"routed",'
+        '"arguments":{"count":' + literal + '},"_meta":' + json.dumps(meta()) + "}}"
+    )
     exchange = send(headers_for(token, "tools/call", {"name": "routed"}), body.encode())
     assert exchange.status == 400 and exchange.body["error"]["code"] == -32700

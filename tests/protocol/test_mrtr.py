@@ -43,11 +43,20 @@ def first_round(client: CheckedClient, arguments: dict | None = None) -> dict:
     return result
 
 
-def retry(client: CheckedClient, state, *, name: str = TOOL, arguments: dict | None = None,
-          responses: dict | None = None):
-    params = {"name": name, "arguments": arguments or {},
-              "inputResponses": {"confirm": ACCEPT_OK} if responses is None else responses,
-              "requestState": state}
+def retry(
+    client: CheckedClient,
+    state,
+    *,
+    name: str = TOOL,
+    arguments: dict | None = None,
+    responses: dict | None = None,
+):
+    params = {
+        "name": name,
+        "arguments": arguments or {},
+        "inputResponses": {"confirm": ACCEPT_OK} if responses is None else responses,
+        "requestState": state,
+    }
     return client.call("tools/call", params)
 
 
@@ -136,18 +145,27 @@ def test_request_state_is_not_readable_by_the_client(checked: CheckedClient) -> 
 def test_inline_effect_runs_only_after_the_last_question(checked: CheckedClient) -> None:
     first = checked.call("tools/call", {"name": "mrtr_two_rounds_then_apply"}).result
     assert toolpack.PROTOCOL_PROBES["two_rounds.apply"] == 0
-    second = retry(checked, first["requestState"], name="mrtr_two_rounds_then_apply",
-                   responses={"name": {"action": "accept", "content": {"name": "Ann"}}}).result
+    second = retry(
+        checked,
+        first["requestState"],
+        name="mrtr_two_rounds_then_apply",
+        responses={"name": {"action": "accept", "content": {"name": "Ann"}}},
+    ).result
     assert second["resultType"] == "input_required"
     assert toolpack.PROTOCOL_PROBES["two_rounds.apply"] == 0  # still a question to go
-    done = retry(checked, second["requestState"], name="mrtr_two_rounds_then_apply",
-                 responses={"confirm": ACCEPT_OK}).result
+    done = retry(
+        checked,
+        second["requestState"],
+        name="mrtr_two_rounds_then_apply",
+        responses={"confirm": ACCEPT_OK},
+    ).result
     assert done["resultType"] == "complete"
     assert toolpack.PROTOCOL_PROBES["two_rounds.apply"] == 1
 
 
 def test_a_question_after_an_effect_is_refused_so_no_round_repeats_it(
-        checked: CheckedClient) -> None:
+    checked: CheckedClient,
+) -> None:
     reply = checked.call("tools/call", {"name": "mrtr_effect_before_ask"})
     error = assert_error_response(reply.status, reply.body)
     assert error["code"] == -32603 and "effect only after its last question" in error["message"]
@@ -162,8 +180,9 @@ def test_no_effect_runs_twice_across_rounds(checked: CheckedClient) -> None:
     assert toolpack.PROTOCOL_PROBES["apply"] == 1
     # Answering the same round again is a new call of the tool, not a repeat of a round: the
     # server keeps no state, so each completed call is one run with one effect.
-    extra_keys = retry(checked, first["requestState"],
-                       responses={"confirm": ACCEPT_OK, "other": ACCEPT_OK}).result
+    extra_keys = retry(
+        checked, first["requestState"], responses={"confirm": ACCEPT_OK, "other": ACCEPT_OK}
+    ).result
     assert extra_keys["resultType"] == "complete"
     assert toolpack.PROTOCOL_PROBES["apply"] == 2
     assert runs() == 3  # three runs of the body; the first stopped at the question
@@ -171,20 +190,34 @@ def test_no_effect_runs_twice_across_rounds(checked: CheckedClient) -> None:
 
 def test_answers_of_earlier_rounds_cannot_be_replaced(checked: CheckedClient) -> None:
     first = checked.call("tools/call", {"name": "mrtr_two_rounds_then_apply"}).result
-    second = retry(checked, first["requestState"], name="mrtr_two_rounds_then_apply",
-                   responses={"name": {"action": "accept", "content": {"name": "Ann"}}}).result
+    second = retry(
+        checked,
+        first["requestState"],
+        name="mrtr_two_rounds_then_apply",
+        responses={"name": {"action": "accept", "content": {"name": "Ann"}}},
+    ).result
     assert second["inputRequests"]["confirm"]["params"]["message"] == "Apply for Ann?"
     # a new value for "name" next round is ignored: the sealed state already answers it
-    third = retry(checked, second["requestState"], name="mrtr_two_rounds_then_apply",
-                  responses={"name": {"action": "accept", "content": {"name": "Eve"}}}).result
+    third = retry(
+        checked,
+        second["requestState"],
+        name="mrtr_two_rounds_then_apply",
+        responses={"name": {"action": "accept", "content": {"name": "Eve"}}},
+    ).result
     assert third["inputRequests"]["confirm"]["params"]["message"] == "Apply for Ann?"
 
 
 def test_extra_and_unknown_response_keys_are_ignored(checked: CheckedClient) -> None:
     first = first_round(checked)
-    result = retry(checked, first["requestState"], responses={
-        "confirm": ACCEPT_OK, "unknown": {"action": "accept", "content": {"x": 1}},
-        "also": 12345}).result
+    result = retry(
+        checked,
+        first["requestState"],
+        responses={
+            "confirm": ACCEPT_OK,
+            "unknown": {"action": "accept", "content": {"x": 1}},
+            "also": 12345,
+        },
+    ).result
     assert result["resultType"] == "complete"
 
 
@@ -198,15 +231,16 @@ def test_missing_answer_is_asked_again(checked: CheckedClient) -> None:
 
 # ---------------------------------------------------------------- who may answer
 def test_a_question_only_someone_else_may_answer_is_never_asked_inline(
-        checked: CheckedClient) -> None:
+    checked: CheckedClient,
+) -> None:
     """An approval gate (operator audience, no self-approval) asked inline would be answered by
     the caller itself: without the tasks extension the call needs a task (-32021)."""
-    reply = checked.call("tools/call", {"name": "operator_gate"},
-                         capabilities={"elicitation": {}})
+    reply = checked.call("tools/call", {"name": "operator_gate"}, capabilities={"elicitation": {}})
     error = assert_error_response(reply.status, reply.body)
     assert error["code"] == -32021
     assert error["data"]["requiredCapabilities"] == {
-        "extensions": {"io.modelcontextprotocol/tasks": {}}}
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    }
     assert not Task.objects.exists()
     # with the extension it becomes a task, where operators answer it
     created = checked.call("tools/call", {"name": "operator_gate"}).result

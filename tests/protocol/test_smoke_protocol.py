@@ -13,7 +13,9 @@ def test_discover_and_list(mcp):
     validate("DiscoverResult", reply.result)
     reply = mcp.call("tools/list")
     validate("ListToolsResult", reply.result)
-    assert [t["name"] for t in reply.result["tools"]] == sorted(t["name"] for t in reply.result["tools"])
+    assert [t["name"] for t in reply.result["tools"]] == sorted(
+        t["name"] for t in reply.result["tools"]
+    )
 
 
 def test_task_roundtrip(mcp, run_jobs):

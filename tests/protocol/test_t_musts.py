@@ -42,12 +42,14 @@ def test_T1_single_endpoint_accepts_post(checked: CheckedClient, cast) -> None:
     # /mcp is the one endpoint (no trailing slash, no sub-paths): elsewhere is not MCP.
     body = json.dumps(request_body("tools/list")).encode()
     for path in ("/mcp/", "/mcp/tools", "/api/mcp"):
-        exchange = asgi_request(mcp_headers("tools/list", token=cast["alice"]["token"]), body,
-                                path=path)
+        exchange = asgi_request(
+            mcp_headers("tools/list", token=cast["alice"]["token"]), body, path=path
+        )
         # Django answers (404, or a redirect to https in production): never JSON-RPC
         assert exchange.status != 200, (path, exchange.status)
-        raw = b"".join(m.get("body", b"") for m in exchange.messages
-                       if m["type"] == "http.response.body")
+        raw = b"".join(
+            m.get("body", b"") for m in exchange.messages if m["type"] == "http.response.body"
+        )
         assert b"jsonrpc" not in raw, (path, raw[:200])
 
 
@@ -59,16 +61,25 @@ def test_T1_get_and_delete_are_405_with_allow_post(checked: CheckedClient) -> No
 
 
 # ---------------------------------------------------------------- T2
-@pytest.mark.parametrize("origin", ["http://evil.example.com", "https://127.0.0.1.evil.example",
-                                    "null", "http://localhost.evil.example:8000"])
+@pytest.mark.parametrize(
+    "origin",
+    [
+        "http://evil.example.com",
+        "https://127.0.0.1.evil.example",
+        "null",
+        "http://localhost.evil.example:8000",
+    ],
+)
 def test_T2_invalid_origin_is_403(checked: CheckedClient, origin: str) -> None:
     reply = checked.call("tools/list", headers={"origin": origin}, check=False)
     assert reply.status == 403, reply.body
     assert "result" not in (reply.body or {})
 
 
-@pytest.mark.parametrize("origin", ["http://localhost:3000", "http://127.0.0.1:8000",
-                                    "http://[::1]:9000", "https://localhost"])
+@pytest.mark.parametrize(
+    "origin",
+    ["http://localhost:3000", "http://127.0.0.1:8000", "http://[::1]:9000", "https://localhost"],
+)
 def test_T2_local_origin_is_accepted(checked: CheckedClient, origin: str) -> None:
     assert checked.call("tools/list", headers={"origin": origin}).status == 200
 
@@ -81,8 +92,11 @@ def test_T2_foreign_host_is_rejected_before_anything_else(checked: CheckedClient
 
 # ---------------------------------------------------------------- T3 / E17
 def test_T3_accepted_notification_is_202_with_empty_body(checked: CheckedClient) -> None:
-    body = {"jsonrpc": "2.0", "method": "notifications/initialized",
-            "params": request_body("x")["params"]}
+    body = {
+        "jsonrpc": "2.0",
+        "method": "notifications/initialized",
+        "params": request_body("x")["params"],
+    }
     headers = checked.headers_for("notifications/initialized", {})
     reply = checked.raw(json.dumps(body), headers)
     assert reply.status == 202
@@ -104,9 +118,12 @@ def test_T3_rejected_notification_is_4xx(checked: CheckedClient) -> None:
 
 # ---------------------------------------------------------------- T4
 def test_T4_request_response_is_one_application_json_object(checked: CheckedClient) -> None:
-    for method, params in [("server/discover", {}), ("tools/list", {}),
-                           ("tools/call", {"name": "mrtr_confirm_then_apply"}),
-                           ("tools/call", {"name": "echo_task"})]:
+    for method, params in [
+        ("server/discover", {}),
+        ("tools/list", {}),
+        ("tools/call", {"name": "mrtr_confirm_then_apply"}),
+        ("tools/call", {"name": "echo_task"}),
+    ]:
         reply = checked.call(method, params)  # assert_wire checks the content type and shape
         assert reply.headers["content-type"] == "application/json"
         assert isinstance(reply.body, dict)
@@ -132,10 +149,13 @@ def test_T6_server_needs_arrive_as_mrtr_results_never_requests(checked: CheckedC
 
 # ---------------------------------------------------------------- T7
 def test_T7_disconnect_before_the_request_is_read_sends_nothing(cast) -> None:
-    exchange = asgi_request(mcp_headers("tools/list", token=cast["alice"]["token"]), [
-        {"type": "http.request", "body": b'{"jsonrpc":', "more_body": True},
-        {"type": "http.disconnect"},
-    ])
+    exchange = asgi_request(
+        mcp_headers("tools/list", token=cast["alice"]["token"]),
+        [
+            {"type": "http.request", "body": b'{"jsonrpc":', "more_body": True},
+            {"type": "http.disconnect"},
+        ],
+    )
     assert exchange.messages == []
 
 
@@ -150,8 +170,10 @@ def test_T9_protocol_version_header_differs_from_meta_is_32020(checked: CheckedC
     reply = checked.call("server/discover", headers={"mcp-protocol-version": "2025-11-25"})
     assert reply.status == 400
     header_error(reply)
-    meta = {"io.modelcontextprotocol/protocolVersion": "v999.0.0",
-            "io.modelcontextprotocol/clientCapabilities": {}}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "v999.0.0",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
     reply = checked.call("server/discover", {"_meta": meta})  # header still says 2026-07-28
     assert reply.status == 400
     header_error(reply)
@@ -159,12 +181,19 @@ def test_T9_protocol_version_header_differs_from_meta_is_32020(checked: CheckedC
 
 @pytest.mark.parametrize("version", ["v999.0.0", "2025-11-25", "1900-01-01", "2026-07-28 "])
 def test_T10_unsupported_version_is_32022_with_supported_and_requested(
-        checked: CheckedClient, version: str) -> None:
-    meta = {"io.modelcontextprotocol/protocolVersion": version,
-            "io.modelcontextprotocol/clientCapabilities": {}}
-    reply = checked.call("server/discover", {"_meta": meta},
-                         headers={"mcp-protocol-version": version.strip() if version.strip()
-                                  != version else version})
+    checked: CheckedClient, version: str
+) -> None:
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": version,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    reply = checked.call(
+        "server/discover",
+        {"_meta": meta},
+        headers={
+            "mcp-protocol-version": version.strip() if version.strip() != version else version
+        },
+    )
     if version != version.strip():  # trimmed header no longer equals _meta: a mismatch first
         header_error(reply)
         return
@@ -174,13 +203,30 @@ def test_T10_unsupported_version_is_32022_with_supported_and_requested(
 
 
 # ---------------------------------------------------------------- T11
-@pytest.mark.parametrize("method", ["initialize", "ping", "logging/setLevel", "resources/list",
-                                    "resources/read", "prompts/list", "prompts/get",
-                                    "resources/subscribe", "completion/complete", "tasks/result",
-                                    "tasks/list", "unknown/method", "notifications/initialized"])
+@pytest.mark.parametrize(
+    "method",
+    [
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+        "resources/subscribe",
+        "completion/complete",
+        "tasks/result",
+        "tasks/list",
+        "unknown/method",
+        "notifications/initialized",
+    ],
+)
 def test_T11_unimplemented_method_is_404_32601(checked: CheckedClient, method: str) -> None:
-    params = {"name": "x"} if method == "prompts/get" else (
-        {"uri": "file:///x"} if method == "resources/read" else {})
+    params = (
+        {"name": "x"}
+        if method == "prompts/get"
+        else ({"uri": "file:///x"} if method == "resources/read" else {})
+    )
     headers = {"mcp-name": "file:///x" if method == "resources/read" else "x"}
     reply = checked.call(method, params, headers=headers)
     assert reply.status == 404
@@ -188,10 +234,22 @@ def test_T11_unimplemented_method_is_404_32601(checked: CheckedClient, method: s
 
 
 # ---------------------------------------------------------------- T12
-@pytest.mark.parametrize("value", [None, "tools/call", "TOOLS/LIST", "Tools/List", "tools/list/",
-                                   "tools%2Flist", b64("tools/call"), "=?BASE64?dG9vbHMvbGlzdA==?="])
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        "tools/call",
+        "TOOLS/LIST",
+        "Tools/List",
+        "tools/list/",
+        "tools%2Flist",
+        b64("tools/call"),
+        "=?BASE64?dG9vbHMvbGlzdA==?=",
+    ],
+)
 def test_T12_mcp_method_missing_or_mismatched_is_header_mismatch(
-        checked: CheckedClient, value: str | None) -> None:
+    checked: CheckedClient, value: str | None
+) -> None:
     reply = checked.call("tools/list", headers={"mcp-method": value})
     assert reply.status == 400
     header_error(reply)
@@ -200,9 +258,14 @@ def test_T12_mcp_method_missing_or_mismatched_is_header_mismatch(
 def test_T12_mcp_method_mismatch_is_header_mismatch_before_meta_and_auth(cast) -> None:
     body = {"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": {}}
     client = CheckedClient(None)
-    reply = client.raw(json.dumps(body), {"content-type": "application/json",
-                                          "mcp-method": "tools/call",
-                                          "mcp-protocol-version": VERSION})
+    reply = client.raw(
+        json.dumps(body),
+        {
+            "content-type": "application/json",
+            "mcp-method": "tools/call",
+            "mcp-protocol-version": VERSION,
+        },
+    )
     assert reply.status == 400
     assert header_error(reply)["code"] == -32020 and reply.body["id"] == 7
 
@@ -210,17 +273,21 @@ def test_T12_mcp_method_mismatch_is_header_mismatch_before_meta_and_auth(cast) -
 # ---------------------------------------------------------------- T13
 @pytest.mark.parametrize("name", [None, "other_tool", "ECHO_TASK", "echo_task_", ""])
 def test_T13_tools_call_mcp_name_missing_or_mismatched_is_header_mismatch(
-        checked: CheckedClient, name: str | None) -> None:
-    reply = checked.call("tools/call", {"name": "echo_task", "arguments": {}},
-                         headers={"mcp-name": name})
+    checked: CheckedClient, name: str | None
+) -> None:
+    reply = checked.call(
+        "tools/call", {"name": "echo_task", "arguments": {}}, headers={"mcp-name": name}
+    )
     assert reply.status == 400
     header_error(reply)
 
 
-@pytest.mark.parametrize("method,params", [
-    ("prompts/get", {"name": "p"}), ("resources/read", {"uri": "file:///a"})])
-def test_T13_prompts_get_and_resources_read_need_mcp_name(checked: CheckedClient, method: str,
-                                                          params: dict) -> None:
+@pytest.mark.parametrize(
+    "method,params", [("prompts/get", {"name": "p"}), ("resources/read", {"uri": "file:///a"})]
+)
+def test_T13_prompts_get_and_resources_read_need_mcp_name(
+    checked: CheckedClient, method: str, params: dict
+) -> None:
     reply = checked.call(method, params, headers={"mcp-name": None})
     assert reply.status == 400
     header_error(reply)
@@ -230,38 +297,65 @@ def test_T13_prompts_get_and_resources_read_need_mcp_name(checked: CheckedClient
 
 # ---------------------------------------------------------------- T14
 def test_T14_base64_sentinel_is_decoded_before_comparing(checked: CheckedClient) -> None:
-    reply = checked.call("tools/call", {"name": "echo_task", "arguments": {}},
-                         headers={"mcp-name": b64("echo_task"), "mcp-method": b64("tools/call")})
+    reply = checked.call(
+        "tools/call",
+        {"name": "echo_task", "arguments": {}},
+        headers={"mcp-name": b64("echo_task"), "mcp-method": b64("tools/call")},
+    )
     assert reply.result["resultType"] == "task"
     text = "Grüße, 東京 "
-    reply = checked.call("tools/call", {"name": "routed", "arguments": {"region": text}},
-                         headers={"mcp-param-region": b64(text)})
+    reply = checked.call(
+        "tools/call",
+        {"name": "routed", "arguments": {"region": text}},
+        headers={"mcp-param-region": b64(text)},
+    )
     assert reply.result["content"][0]["text"].startswith(f"region={text} ")
 
 
-@pytest.mark.parametrize("value", ["=?base64?not base64!?=", "=?base64?ZWNob190YXNr?",
-                                   "=?base64?ZWNob190YXNr=?=", "=?base64?/w==?="])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "=?base64?not base64!?=",
+        "=?base64?ZWNob190YXNr?",
+        "=?base64?ZWNob190YXNr=?=",
+        "=?base64?/w==?=",
+    ],
+)
 def test_T14_invalid_base64_is_header_mismatch(checked: CheckedClient, value: str) -> None:
-    reply = checked.call("tools/call", {"name": "echo_task", "arguments": {}},
-                         headers={"mcp-name": value})
+    reply = checked.call(
+        "tools/call", {"name": "echo_task", "arguments": {}}, headers={"mcp-name": value}
+    )
     assert reply.status == 400
     header_error(reply)
 
 
-@pytest.mark.parametrize("literal", ["=?BASE64?ZWNob190YXNr?=", "=?Base64?ZWNob190YXNr?=",
-                                     "=?base64?ZWNob190YXNr?=x", " =?b64?ZWNob190YXNr?="])
+@pytest.mark.parametrize(
+    "literal",
+    [
+        "=?BASE64?ZWNob190YXNr?=",
+        "=?Base64?ZWNob190YXNr?=",
+        "=?base64?ZWNob190YXNr?=x",
+        " =?b64?ZWNob190YXNr?=",
+    ],
+)
 def test_T14_sentinel_without_exact_prefix_and_suffix_is_a_literal(
-        checked: CheckedClient, literal: str) -> None:
+    checked: CheckedClient, literal: str
+) -> None:
     # As literals these are not "echo_task": a mismatch. Proven literal by the next case.
-    header_error(checked.call("tools/call", {"name": "echo_task", "arguments": {}},
-                              headers={"mcp-name": literal}))
+    header_error(
+        checked.call(
+            "tools/call", {"name": "echo_task", "arguments": {}}, headers={"mcp-name": literal}
+        )
+    )
 
 
-def test_T14_literal_lookalike_matches_a_body_with_the_same_literal(
-        checked: CheckedClient) -> None:
+def test_T14_literal_lookalike_matches_a_body_with_the_same_literal(checked: CheckedClient) -> None:
     literal = "=?BASE64?abc?="
-    reply = checked.call("tools/call", {"name": "routed", "arguments": {"region": literal}},
-                         headers={"mcp-param-region": literal})
+    reply = checked.call(
+        "tools/call",
+        {"name": "routed", "arguments": {"region": literal}},
+        headers={"mcp-param-region": literal},
+    )
     # the literal differs from the body as soon as it is read as base64, so it was a literal
     assert reply.result["content"][0]["text"].startswith(f"region={literal} ")
 
@@ -270,28 +364,37 @@ def test_T14_literal_lookalike_matches_a_body_with_the_same_literal(
 @pytest.mark.parametrize("casing", [str.lower, str.upper, str.title])
 def test_T15_header_names_match_case_insensitively(cast, casing) -> None:
     body = request_body("tools/call", {"name": "echo_task", "arguments": {}})
-    headers = [(casing(k.decode()).encode(), v) for k, v in
-               mcp_headers("tools/call", "echo_task", cast["alice"]["token"])]
+    headers = [
+        (casing(k.decode()).encode(), v)
+        for k, v in mcp_headers("tools/call", "echo_task", cast["alice"]["token"])
+    ]
     exchange = asgi_request(headers, json.dumps(body).encode())
     assert exchange.status == 200, exchange.body
     assert exchange.body["result"]["resultType"] == "task"
 
 
 def test_T15_surrounding_whitespace_is_trimmed(checked: CheckedClient) -> None:
-    reply = checked.call("tools/call", {"name": "echo_task", "arguments": {}},
-                         headers={"mcp-name": "  echo_task\t", "mcp-method": " tools/call "})
+    reply = checked.call(
+        "tools/call",
+        {"name": "echo_task", "arguments": {}},
+        headers={"mcp-name": "  echo_task\t", "mcp-method": " tools/call "},
+    )
     assert reply.result["resultType"] == "task"
 
 
 # ---------------------------------------------------------------- T16
 @pytest.mark.parametrize("header", [b"mcp-method", b"mcp-name", b"mcp-protocol-version"])
-@pytest.mark.parametrize("bad", [b"echo\x00task", b"echo\x7ftask", b"\xe9cho_task",
-                                 b"echo\x1btask"])
+@pytest.mark.parametrize(
+    "bad", [b"echo\x00task", b"echo\x7ftask", b"\xe9cho_task", b"echo\x1btask"]
+)
 def test_T16_invalid_characters_in_a_header_value_are_header_mismatch(
-        cast, header: bytes, bad: bytes) -> None:
+    cast, header: bytes, bad: bytes
+) -> None:
     body = request_body("tools/call", {"name": "echo_task", "arguments": {}}, request_id=5)
-    headers = [(k, bad if k == header else v) for k, v in
-               mcp_headers("tools/call", "echo_task", cast["alice"]["token"])]
+    headers = [
+        (k, bad if k == header else v)
+        for k, v in mcp_headers("tools/call", "echo_task", cast["alice"]["token"])
+    ]
     exchange = asgi_request(headers, json.dumps(body).encode())
     assert exchange.status == 400
     error = assert_error_response(exchange.status, exchange.body, 5)
@@ -306,28 +409,35 @@ def test_T17_param_header_missing_is_header_mismatch(checked: CheckedClient) -> 
         header_error(reply)
 
 
-@pytest.mark.parametrize("arguments,headers", [
-    ({"region": "eu-west-1"}, {"mcp-param-region": "us-east-1"}),
-    ({"region": "eu-west-1"}, {"mcp-param-region": "EU-WEST-1"}),
-    ({"count": 3}, {"mcp-param-count": "4"}),
-    ({"count": 3}, {"mcp-param-count": "three"}),
-    ({"dry_run": True}, {"mcp-param-dry-run": "True"}),
-    ({"dry_run": True}, {"mcp-param-dry-run": "1"}),
-])
-def test_T17_param_header_mismatch_is_header_mismatch(checked: CheckedClient, arguments: dict,
-                                                      headers: dict) -> None:
-    reply = checked.call("tools/call", {"name": "routed", "arguments": arguments},
-                         headers=headers)
+@pytest.mark.parametrize(
+    "arguments,headers",
+    [
+        ({"region": "eu-west-1"}, {"mcp-param-region": "us-east-1"}),
+        ({"region": "eu-west-1"}, {"mcp-param-region": "EU-WEST-1"}),
+        ({"count": 3}, {"mcp-param-count": "4"}),
+        ({"count": 3}, {"mcp-param-count": "three"}),
+        ({"dry_run": True}, {"mcp-param-dry-run": "True"}),
+        ({"dry_run": True}, {"mcp-param-dry-run": "1"}),
+    ],
+)
+def test_T17_param_header_mismatch_is_header_mismatch(
+    checked: CheckedClient, arguments: dict, headers: dict
+) -> None:
+    reply = checked.call("tools/call", {"name": "routed", "arguments": arguments}, headers=headers)
     assert reply.status == 400
     header_error(reply)
 
 
 def test_T17_matching_param_headers_are_accepted(checked: CheckedClient) -> None:
     reply = checked.call(
-        "tools/call", {"name": "routed", "arguments": {"region": "eu-west-1", "count": 42,
-                                                       "dry_run": True}},
-        headers={"mcp-param-region": "eu-west-1", "MCP-PARAM-COUNT": "42.0",
-                 "Mcp-Param-Dry-Run": "true"})
+        "tools/call",
+        {"name": "routed", "arguments": {"region": "eu-west-1", "count": 42, "dry_run": True}},
+        headers={
+            "mcp-param-region": "eu-west-1",
+            "MCP-PARAM-COUNT": "42.0",
+            "Mcp-Param-Dry-Run": "true",
+        },
+    )
     assert reply.result["content"][0]["text"] == "region=eu-west-1 count=42 dry_run=True note="
 
 

@@ -24,8 +24,9 @@ def free_port() -> int:
 def serving(application: Any) -> Iterator[str]:
     """Serve ``application`` with uvicorn in a thread of this process; yield its base URL."""
     port = free_port()
-    config = uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="off")
+    config = uvicorn.Config(
+        application, host="127.0.0.1", port=port, log_level="warning", lifespan="off"
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

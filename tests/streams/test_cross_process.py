@@ -19,8 +19,12 @@ from tests.protocol.conftest import TASK_CAPS, VERSION
 from tests.streams.conftest import free_port
 from tests.streams.test_listen import SUB, listen_body
 
-pytestmark = [pytest.mark.live, pytest.mark.pg, pytest.mark.redis,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.pg,
+    pytest.mark.redis,
+    pytest.mark.django_db(transaction=True),
+]
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -28,23 +32,38 @@ BIN = Path(sys.executable).parent
 @pytest.fixture
 def web_and_worker(tmp_path):
     settings_dict = connection.settings_dict
-    database_url = (f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:"
-                    f"{settings_dict['PORT']}/{settings_dict['NAME']}")
+    database_url = (
+        f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:"
+        f"{settings_dict['PORT']}/{settings_dict['NAME']}"
+    )
     subprocess.run(["redis-cli", "-n", "8", "flushdb"], check=True, capture_output=True)
     subprocess.run(["redis-cli", "-n", "9", "flushdb"], check=True, capture_output=True)
-    env = {**os.environ, "DATABASE_URL": database_url, "REDIS_URL": "redis://127.0.0.1:6379/8",
-           "MCPTASKS_VAR_DIR": str(tmp_path), "MCPTASKS_TOOL_PACKS":
-           "mcptasks.tools.demo,tests.toolpack",
-           # Only a broadcast can deliver within the test's bound.
-           "MCPTASKS_STREAM_CATCH_UP_S": "120", "DJANGO_SETTINGS_MODULE": "mcptasks.settings"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": "redis://127.0.0.1:6379/8",
+        "MCPTASKS_VAR_DIR": str(tmp_path),
+        "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
+        # Only a broadcast can deliver within the test's bound.
+        "MCPTASKS_STREAM_CATCH_UP_S": "120",
+        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+    }
     port = free_port()
     logs = [open(tmp_path / name, "w") for name in ("web.log", "worker.log")]  # noqa: SIM115
-    web = subprocess.Popen([str(BIN / "python"), "manage.py", "serve", "--host", "127.0.0.1",
-                            "--port", str(port)], cwd=REPO, env=env, stdout=logs[0],
-                           stderr=subprocess.STDOUT)
-    worker = subprocess.Popen([str(BIN / "celery"), "-A", "mcptasks", "worker", "--pool=solo",
-                               "-l", "warning"], cwd=REPO, env=env, stdout=logs[1],
-                              stderr=subprocess.STDOUT)
+    web = subprocess.Popen(
+        [str(BIN / "python"), "manage.py", "serve", "--host", "127.0.0.1", "--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=logs[0],
+        stderr=subprocess.STDOUT,
+    )
+    worker = subprocess.Popen(
+        [str(BIN / "celery"), "-A", "mcptasks", "worker", "--pool=solo", "-l", "warning"],
+        cwd=REPO,
+        env=env,
+        stdout=logs[1],
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
@@ -69,17 +88,23 @@ def web_and_worker(tmp_path):
 
 
 def headers(token: str, method: str, name: str | None = None) -> dict[str, str]:
-    result = {"content-type": "application/json", "accept": "application/json, text/event-stream",
-              "mcp-protocol-version": VERSION, "mcp-method": method,
-              "authorization": f"Bearer {token}"}
+    result = {
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": VERSION,
+        "mcp-method": method,
+        "authorization": f"Bearer {token}",
+    }
     if name:
         result["mcp-name"] = name
     return result
 
 
 def meta() -> dict:
-    return {"io.modelcontextprotocol/protocolVersion": VERSION,
-            "io.modelcontextprotocol/clientCapabilities": TASK_CAPS}
+    return {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": TASK_CAPS,
+    }
 
 
 def test_worker_process_change_reaches_stream_on_web_process(web_and_worker, cast):
@@ -87,15 +112,26 @@ def test_worker_process_change_reaches_stream_on_web_process(web_and_worker, cas
 
     async def go() -> tuple[list[dict], float]:
         async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            created = (await client.post("/mcp", headers=headers(token, "tools/call", "ask_twice"),
-                                         json={"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                                               "params": {"name": "ask_twice", "arguments": {},
-                                                          "_meta": meta()}})).json()
+            created = (
+                await client.post(
+                    "/mcp",
+                    headers=headers(token, "tools/call", "ask_twice"),
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "tools/call",
+                        "params": {"name": "ask_twice", "arguments": {}, "_meta": meta()},
+                    },
+                )
+            ).json()
             task_id = created["result"]["taskId"]
             messages: list[dict] = []
             answered_at = 0.0
-            async with client.stream("POST", "/mcp", headers=headers(
-                    token, "subscriptions/listen"), json=listen_body(9, [task_id], TASK_CAPS)
+            async with client.stream(
+                "POST",
+                "/mcp",
+                headers=headers(token, "subscriptions/listen"),
+                json=listen_body(9, [task_id], TASK_CAPS),
             ) as stream:
                 async for line in stream.aiter_lines():
                     if not line.startswith("data: "):
@@ -105,21 +141,33 @@ def test_worker_process_change_reaches_stream_on_web_process(web_and_worker, cas
                     status = message.get("params", {}).get("status")
                     if status == "input_required" and not answered_at:
                         answered_at = time.monotonic()
-                        reply = await client.post("/mcp", headers=headers(
-                            token, "tasks/update", task_id), json={
-                            "jsonrpc": "2.0", "id": 2, "method": "tasks/update", "params": {
-                                "taskId": task_id, "_meta": meta(), "inputResponses": {
-                                    "name": {"action": "accept", "content": {"name": "N"}},
-                                    "confirm": {"action": "accept",
-                                                "content": {"confirm": True}}}}})
+                        reply = await client.post(
+                            "/mcp",
+                            headers=headers(token, "tasks/update", task_id),
+                            json={
+                                "jsonrpc": "2.0",
+                                "id": 2,
+                                "method": "tasks/update",
+                                "params": {
+                                    "taskId": task_id,
+                                    "_meta": meta(),
+                                    "inputResponses": {
+                                        "name": {"action": "accept", "content": {"name": "N"}},
+                                        "confirm": {
+                                            "action": "accept",
+                                            "content": {"confirm": True},
+                                        },
+                                    },
+                                },
+                            },
+                        )
                         assert reply.json()["result"]["resultType"] == "complete"
                     if "result" in message:
                         break
             return messages, time.monotonic() - answered_at
 
     messages, elapsed = asyncio.run(asyncio.wait_for(go(), 60))
-    statuses = [m["params"]["status"] for m in messages if m.get("method") ==
-                "notifications/tasks"]
+    statuses = [m["params"]["status"] for m in messages if m.get("method") == "notifications/tasks"]
     assert "input_required" in statuses
     assert statuses[-1] == "completed"
     assert messages[-1]["result"]["_meta"][SUB] == 9

@@ -49,8 +49,9 @@ def test_dashboard_socket_delivers_own_tenant_only(cast, users, make_task):
         events.remember_loop(asyncio.get_running_loop())
         foreign = await asyncio.to_thread(make_task, "bob")
         mine = await asyncio.to_thread(make_task, "alice")
-        await asyncio.to_thread(lifecycle.task_request_cancel, task_id=foreign.pk,
-                                actor=Actor.system())
+        await asyncio.to_thread(
+            lifecycle.task_request_cancel, task_id=foreign.pk, actor=Actor.system()
+        )
         to_alice = [await alice_ws.receive_json_from(timeout=5)]
         assert await alice_ws.receive_nothing(timeout=0.5)
         to_olga = {(await olga_ws.receive_json_from(timeout=5))["task_id"] for _ in range(3)}

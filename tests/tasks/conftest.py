@@ -39,8 +39,9 @@ def start_task(mcp_for: Callable[[str], McpClient]) -> Callable[..., str]:
     """``start_task(tool, arguments)`` → the taskId of a CreateTaskResult (validated); alice
     calls unless ``client`` is given."""
 
-    def start(tool: str, arguments: dict[str, Any] | None = None,
-              client: McpClient | None = None) -> str:
+    def start(
+        tool: str, arguments: dict[str, Any] | None = None, client: McpClient | None = None
+    ) -> str:
         reply = (client or mcp_for("alice")).tool(tool, arguments or {})
         assert reply.status == 200, reply.body
         validate("CreateTaskResult", reply.result, ext=True)

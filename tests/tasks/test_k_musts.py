@@ -38,8 +38,9 @@ def task_params(method: str, task_id: str) -> dict[str, Any]:
 
 
 def audit_actions(task_id: str) -> list[str]:
-    return list(AuditEvent.objects.filter(task_id=task_id).order_by("id")
-                .values_list("action", flat=True))
+    return list(
+        AuditEvent.objects.filter(task_id=task_id).order_by("id").values_list("action", flat=True)
+    )
 
 
 def assert_ack(result: dict[str, Any]) -> None:
@@ -49,8 +50,13 @@ def assert_ack(result: dict[str, Any]) -> None:
     assert not ACK_FORBIDDEN_KEYS & set(result)
 
 
-def wait_for_input(mcp: McpClient, start_task: Any, run_jobs: Any, tool: str,
-                   arguments: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+def wait_for_input(
+    mcp: McpClient,
+    start_task: Any,
+    run_jobs: Any,
+    tool: str,
+    arguments: dict[str, Any] | None = None,
+) -> tuple[str, dict[str, Any]]:
     task_id = start_task(tool, arguments)
     run_jobs()
     task = get_task(mcp, task_id)
@@ -90,7 +96,8 @@ def test_K3_task_only_tool_without_the_extension_gets_32021_with_required_capabi
 
 @pytest.mark.parametrize("method", TASK_METHODS)
 def test_K4_task_methods_without_the_extension_get_32021_before_any_lookup(
-        mcp, mcp_for, start_task, method):
+    mcp, mcp_for, start_task, method
+):
     # An id that does not exist: the gate answers before the lookup would say "not found".
     reply = mcp.call(method, task_params(method, "gate-test"), capabilities=NO_EXTENSION)
     assert reply.status == 400, reply.body
@@ -107,8 +114,9 @@ def test_K4_task_methods_without_the_extension_get_32021_before_any_lookup(
     assert Task.objects.get(pk=task_id).cancel_requested_at is None
     # Legacy-only capabilities do not declare the extension (K28).
     legacy = {"tasks": {"requests": {"tools": {"call": {}}}, "cancel": {}, "list": {}}}
-    assert mcp.call(method, task_params(method, task_id),
-                    capabilities=legacy).error["code"] == -32021
+    assert (
+        mcp.call(method, task_params(method, task_id), capabilities=legacy).error["code"] == -32021
+    )
 
 
 def test_K6_only_tools_call_ever_answers_with_a_create_task_result(mcp, start_task, run_jobs):
@@ -125,8 +133,9 @@ def test_K6_only_tools_call_ever_answers_with_a_create_task_result(mcp, start_ta
 
 
 # ---------------------------------------------------------------- creation (K7–K9)
-def test_K7_create_task_result_has_result_type_task_and_no_other_result_does(mcp, start_task,
-                                                                            run_jobs):
+def test_K7_create_task_result_has_result_type_task_and_no_other_result_does(
+    mcp, start_task, run_jobs
+):
     reply = mcp.tool("echo_task", {"text": "x"})
     validate("CreateTaskResult", reply.result, ext=True)
     assert reply.result["resultType"] == "task"
@@ -146,13 +155,13 @@ def test_K8_create_task_result_is_flat_with_the_renamed_fields(mcp):
     assert result["status"] == "working"
     assert result["ttlMs"] is None or (isinstance(result["ttlMs"], int) and result["ttlMs"] > 0)
     assert isinstance(result["pollIntervalMs"], int) and result["pollIntervalMs"] > 0
-    for key in ("task", "ttl", "pollInterval", "requestState", "result", "error",
-                "inputRequests"):
+    for key in ("task", "ttl", "pollInterval", "requestState", "result", "error", "inputRequests"):
         assert key not in result
     assert "io.modelcontextprotocol/related-task" not in result.get("_meta", {})
     for stamp in ("createdAt", "lastUpdatedAt"):
         assert result[stamp][:19] == timezone.datetime.fromisoformat(
-            result[stamp].replace("Z", "+00:00")).strftime("%Y-%m-%dT%H:%M:%S")
+            result[stamp].replace("Z", "+00:00")
+        ).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def test_K9_create_result_only_after_commit_task_get_resolves(mcp, mcp_for):
@@ -162,8 +171,7 @@ def test_K9_create_result_only_after_commit_task_get_resolves(mcp, mcp_for):
     answers: list[dict[str, Any]] = []
 
     def poll() -> None:
-        answers.append(McpClient(mcp.token).call("tasks/get",
-                                                 {"taskId": created["taskId"]}).body)
+        answers.append(McpClient(mcp.token).call("tasks/get", {"taskId": created["taskId"]}).body)
 
     thread = threading.Thread(target=poll)
     thread.start()
@@ -177,8 +185,7 @@ def test_K9_create_result_only_after_commit_task_get_resolves(mcp, mcp_for):
 
 
 # ---------------------------------------------------------------- tasks/get (K10–K16)
-def test_K10_tasks_get_returns_complete_and_the_variant_of_each_status(
-        mcp, start_task, run_jobs):
+def test_K10_tasks_get_returns_complete_and_the_variant_of_each_status(mcp, start_task, run_jobs):
     working = start_task("echo_task", {"text": "w"})
     assert get_task(mcp, working)["status"] == "working"
     validate("WorkingTask", get_task(mcp, working), ext=True)
@@ -190,10 +197,12 @@ def test_K10_tasks_get_returns_complete_and_the_variant_of_each_status(
     run_jobs()
     mcp.call("tasks/cancel", {"taskId": cancelled})
 
-    expected = {waiting: ("input_required", "InputRequiredTask"),
-                completed: ("completed", "CompletedTask"),
-                failed: ("failed", "FailedTask"),
-                cancelled: ("cancelled", "CancelledTask")}
+    expected = {
+        waiting: ("input_required", "InputRequiredTask"),
+        completed: ("completed", "CompletedTask"),
+        failed: ("failed", "FailedTask"),
+        cancelled: ("cancelled", "CancelledTask"),
+    }
     for task_id, (status, definition) in expected.items():
         got = get_task(mcp, task_id)
         assert got["resultType"] == "complete"
@@ -214,13 +223,17 @@ def test_K11_input_required_lists_all_outstanding_requests(mcp, start_task, run_
     assert get_task(mcp, task_id)["inputRequests"] == task["inputRequests"]
 
 
-@pytest.mark.parametrize("capabilities", [
-    {"extensions": {TASKS: {}}},
-    {"sampling": {}, "extensions": {TASKS: {}}},
-    {"elicitation": {"url": {}}, "extensions": {TASKS: {}}},
-])
+@pytest.mark.parametrize(
+    "capabilities",
+    [
+        {"extensions": {TASKS: {}}},
+        {"sampling": {}, "extensions": {TASKS: {}}},
+        {"elicitation": {"url": {}}, "extensions": {TASKS: {}}},
+    ],
+)
 def test_K11_M9_tasks_get_surfaces_only_input_kinds_this_poll_declares(
-        mcp, start_task, run_jobs, capabilities):
+    mcp, start_task, run_jobs, capabilities
+):
     """PROTOCOL M9 and §8 item 4: a poll that does not declare (form) elicitation is never
     shown elicitation requests; it sees the task as working until someone answers."""
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
@@ -229,33 +242,48 @@ def test_K11_M9_tasks_get_surfaces_only_input_kinds_this_poll_declares(
     assert reply.result["status"] == "working"
     assert "inputRequests" not in reply.result
     for declared in ({}, {"form": {}}, {"form": {}, "url": {}}):
-        got = mcp.call("tasks/get", {"taskId": task_id}, capabilities={
-            "elicitation": declared, "extensions": {TASKS: {}}}).result
+        got = mcp.call(
+            "tasks/get",
+            {"taskId": task_id},
+            capabilities={"elicitation": declared, "extensions": {TASKS: {}}},
+        ).result
         assert set(got["inputRequests"]) == {"name", "confirm"}, declared
 
 
-def test_K11_partial_update_keeps_input_required_with_only_pending_keys(
-        mcp, start_task, run_jobs):
+def test_K11_partial_update_keeps_input_required_with_only_pending_keys(mcp, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
-    reply = mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-        "name": {"action": "accept", "content": {"name": "Ada"}}}})
+    reply = mcp.call(
+        "tasks/update",
+        {
+            "taskId": task_id,
+            "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        },
+    )
     assert_ack(reply.result)
     got = get_task(mcp, task_id)
     assert got["status"] == "input_required"
     assert list(got["inputRequests"]) == ["confirm"]
     assert run_jobs() == 0  # nothing to resume until every key is answered
-    reply = mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-        "confirm": {"action": "accept", "content": {"confirm": True}}}})
+    reply = mcp.call(
+        "tasks/update",
+        {
+            "taskId": task_id,
+            "inputResponses": {"confirm": {"action": "accept", "content": {"confirm": True}}},
+        },
+    )
     assert_ack(reply.result)
     run_jobs()
     got = get_task(mcp, task_id)
     assert got["status"] == "completed", got
-    assert got["result"]["structuredContent"] == {"name": {"name": "Ada"},
-                                                  "confirm": {"confirm": True}}
+    assert got["result"]["structuredContent"] == {
+        "name": {"name": "Ada"},
+        "confirm": {"confirm": True},
+    }
 
 
 def test_K12_completed_result_is_exactly_what_the_call_would_have_returned(
-        mcp, start_task, run_jobs):
+    mcp, start_task, run_jobs
+):
     inline = mcp.tool("echo_auto", {"text": "same"}, capabilities=NO_EXTENSION).result
     task_id = start_task("echo_auto", {"text": "same"})
     run_jobs()
@@ -278,8 +306,7 @@ def test_K13_failed_task_carries_the_json_rpc_error_object(mcp, start_task, run_
     assert "result" not in got
 
 
-def test_K14_a_tool_error_completes_the_task_with_is_error_never_failed(
-        mcp, start_task, run_jobs):
+def test_K14_a_tool_error_completes_the_task_with_is_error_never_failed(mcp, start_task, run_jobs):
     task_id = start_task("tool_error_task")
     run_jobs()
     got = get_task(mcp, task_id)
@@ -301,14 +328,25 @@ def test_K15_a_terminal_status_never_changes(mcp, start_task, run_jobs, users):
 
     for task_id in before:
         assert_ack(mcp.call("tasks/cancel", {"taskId": task_id}).result)
-        assert_ack(mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-            "name": {"action": "accept", "content": {"name": "late"}}}}).result)
+        assert_ack(
+            mcp.call(
+                "tasks/update",
+                {
+                    "taskId": task_id,
+                    "inputResponses": {"name": {"action": "accept", "content": {"name": "late"}}},
+                },
+            ).result
+        )
         with pytest.raises(lifecycle.InvalidTransition):
-            lifecycle.task_fail(task_id=task_id, actor=Actor.system("test"),
-                                error=lifecycle.error_object("late failure"))
+            lifecycle.task_fail(
+                task_id=task_id,
+                actor=Actor.system("test"),
+                error=lifecycle.error_object("late failure"),
+            )
         with pytest.raises(lifecycle.InvalidTransition):
-            lifecycle.task_force_cancel(task_id=task_id, actor=Actor.for_user(users["olga"]),
-                                        reason="too late")
+            lifecycle.task_force_cancel(
+                task_id=task_id, actor=Actor.for_user(users["olga"]), reason="too late"
+            )
         with pytest.raises(lifecycle.InvalidTransition):
             lifecycle.task_claim(task_id=task_id, worker="late-worker")
     # Past the TTL (but inside the grace period) the expiry sweep leaves terminal tasks alone.
@@ -320,7 +358,8 @@ def test_K15_a_terminal_status_never_changes(mcp, start_task, run_jobs, users):
 
 
 def test_K16_unknown_purged_and_foreign_task_ids_answer_the_same_32602(
-        mcp, mcp_for, start_task, run_jobs, settings):
+    mcp, mcp_for, start_task, run_jobs, settings
+):
     mine = start_task("echo_task", {"text": "mine"})
     purged = start_task("echo_task", {"text": "purged"})
     bobs = start_task("echo_task", {"text": "bob's"}, client=mcp_for("bob"))
@@ -346,9 +385,16 @@ def test_K16_unknown_purged_and_foreign_task_ids_answer_the_same_32602(
 # ---------------------------------------------------------------- tasks/update (K17, K19)
 def test_K17_a_successful_update_is_exactly_the_empty_ack(mcp, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
-    reply = mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-        "name": {"action": "accept", "content": {"name": "Ada"}},
-        "confirm": {"action": "decline"}}})
+    reply = mcp.call(
+        "tasks/update",
+        {
+            "taskId": task_id,
+            "inputResponses": {
+                "name": {"action": "accept", "content": {"name": "Ada"}},
+                "confirm": {"action": "decline"},
+            },
+        },
+    )
     validate("UpdateTaskResult", reply.result, ext=True)
     assert_ack(reply.result)
     assert audit_actions(task_id).count("task.input_answered") == 2
@@ -356,8 +402,9 @@ def test_K17_a_successful_update_is_exactly_the_empty_ack(mcp, start_task, run_j
 
 def test_K17_unknown_keys_are_ignored_with_the_ack(mcp, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
-    reply = mcp.call("tasks/update", {"taskId": task_id,
-                                      "inputResponses": {"unknown-key": {"ignored": True}}})
+    reply = mcp.call(
+        "tasks/update", {"taskId": task_id, "inputResponses": {"unknown-key": {"ignored": True}}}
+    )
     assert_ack(reply.result)
     got = get_task(mcp, task_id)
     assert got["status"] == "input_required"
@@ -366,11 +413,19 @@ def test_K17_unknown_keys_are_ignored_with_the_ack(mcp, start_task, run_jobs):
 
 
 def test_K17_content_failing_its_schema_is_refused_naming_the_key_and_stays_pending(
-        mcp, start_task, run_jobs):
+    mcp, start_task, run_jobs
+):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
-    reply = mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-        "confirm": {"action": "accept", "content": {"confirm": True}},
-        "name": {"action": "accept", "content": {"name": 42}}}})
+    reply = mcp.call(
+        "tasks/update",
+        {
+            "taskId": task_id,
+            "inputResponses": {
+                "confirm": {"action": "accept", "content": {"confirm": True}},
+                "name": {"action": "accept", "content": {"name": 42}},
+            },
+        },
+    )
     assert reply.status == 200
     validate("JSONRPCErrorResponse", reply.body)
     assert reply.error["code"] == -32602
@@ -382,8 +437,9 @@ def test_K17_content_failing_its_schema_is_refused_naming_the_key_and_stays_pend
     assert set(got["inputRequests"]) == {"name", "confirm"}
     assert InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).count() == 2
     # A bad action is refused the same way.
-    reply = mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-        "confirm": {"action": "maybe"}}})
+    reply = mcp.call(
+        "tasks/update", {"taskId": task_id, "inputResponses": {"confirm": {"action": "maybe"}}}
+    )
     assert reply.error["code"] == -32602 and "'confirm'" in reply.error["message"]
 
 
@@ -395,8 +451,13 @@ def test_K17_twenty_parallel_answers_to_one_key_accept_exactly_one(mcp, start_ta
     def answer(number: int) -> None:
         client = McpClient(mcp.token)
         barrier.wait()
-        replies[number] = client.call("tasks/update", {"taskId": task_id, "inputResponses": {
-            "q": {"action": "accept", "content": {"ok": number % 2 == 0}}}})
+        replies[number] = client.call(
+            "tasks/update",
+            {
+                "taskId": task_id,
+                "inputResponses": {"q": {"action": "accept", "content": {"ok": number % 2 == 0}}},
+            },
+        )
 
     threads = [threading.Thread(target=answer, args=(n,)) for n in range(20)]
     for thread in threads:
@@ -418,19 +479,23 @@ def test_K17_twenty_parallel_answers_to_one_key_accept_exactly_one(mcp, start_ta
     assert audit_actions(task_id).count("task.started") == 2
 
 
-def test_K11_parallel_answers_to_different_keys_resume_the_task_once(
-        mcp, start_task, run_jobs):
+def test_K11_parallel_answers_to_different_keys_resume_the_task_once(mcp, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
-    responses = {"name": {"action": "accept", "content": {"name": "Ada"}},
-                 "confirm": {"action": "accept", "content": {"confirm": False}}}
+    responses = {
+        "name": {"action": "accept", "content": {"name": "Ada"}},
+        "confirm": {"action": "accept", "content": {"confirm": False}},
+    }
     barrier = threading.Barrier(len(responses))
     acks: list[dict[str, Any]] = []
 
     def answer(key: str) -> None:
         client = McpClient(mcp.token)
         barrier.wait()
-        acks.append(client.call("tasks/update", {"taskId": task_id, "inputResponses": {
-            key: responses[key]}}).result)
+        acks.append(
+            client.call(
+                "tasks/update", {"taskId": task_id, "inputResponses": {key: responses[key]}}
+            ).result
+        )
 
     threads = [threading.Thread(target=answer, args=(key,)) for key in responses]
     for thread in threads:
@@ -444,27 +509,44 @@ def test_K11_parallel_answers_to_different_keys_resume_the_task_once(
     run_jobs()
     got = get_task(mcp, task_id)
     assert got["status"] == "completed"
-    assert got["result"]["structuredContent"] == {"name": {"name": "Ada"},
-                                                  "confirm": {"confirm": False}}
+    assert got["result"]["structuredContent"] == {
+        "name": {"name": "Ada"},
+        "confirm": {"confirm": False},
+    }
     assert audit_actions(task_id).count("task.started") == 2  # resumed exactly once
 
 
 def test_K19_input_request_keys_are_never_reused_in_a_tasks_life(mcp, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
-    mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-        "name": {"action": "accept", "content": {"name": "Ada"}}}})
+    mcp.call(
+        "tasks/update",
+        {
+            "taskId": task_id,
+            "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        },
+    )
     # Answered keys are not reissued; answering one again is ignored.
     assert "name" not in get_task(mcp, task_id)["inputRequests"]
-    assert_ack(mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-        "name": {"action": "accept", "content": {"name": "Eve"}}}}).result)
+    assert_ack(
+        mcp.call(
+            "tasks/update",
+            {
+                "taskId": task_id,
+                "inputResponses": {"name": {"action": "accept", "content": {"name": "Eve"}}},
+            },
+        ).result
+    )
     assert InputRequest.objects.get(task_id=task_id, key="name").response["content"] == {
-        "name": "Ada"}
+        "name": "Ada"
+    }
 
     # A tool that asks the same key twice fails rather than reuse the key.
     reuse = start_task("ask_same_key_twice")
     run_jobs()
-    mcp.call("tasks/update", {"taskId": reuse, "inputResponses": {
-        "k": {"action": "accept", "content": {"ok": True}}}})
+    mcp.call(
+        "tasks/update",
+        {"taskId": reuse, "inputResponses": {"k": {"action": "accept", "content": {"ok": True}}}},
+    )
     run_jobs()
     got = get_task(mcp, reuse)
     assert got["status"] == "failed", got
@@ -473,8 +555,7 @@ def test_K19_input_request_keys_are_never_reused_in_a_tasks_life(mcp, start_task
 
 
 # ---------------------------------------------------------------- tasks/cancel (K18)
-def test_K18_cancel_of_a_suspended_task_is_immediate_and_acknowledged(
-        mcp, start_task, run_jobs):
+def test_K18_cancel_of_a_suspended_task_is_immediate_and_acknowledged(mcp, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
     reply = mcp.call("tasks/cancel", {"taskId": task_id})
     validate("CancelTaskResult", reply.result, ext=True)
@@ -499,7 +580,8 @@ def test_K18_cancel_of_a_queued_task_is_immediate(mcp, start_task, run_jobs):
 
 
 def test_K18_cancel_of_a_task_whose_worker_died_is_honoured_when_the_reaper_requeues_it(
-        mcp, start_task, run_jobs):
+    mcp, start_task, run_jobs
+):
     """Intent recorded while running; the worker dies; the requeued task is not running any
     more, so it is cancelled at once rather than run again (DESIGN §3 Cancel)."""
     task_id = start_task("echo_task", {"text": "must not run"})
@@ -511,8 +593,11 @@ def test_K18_cancel_of_a_task_whose_worker_died_is_honoured_when_the_reaper_requ
     assert get_task(mcp, task_id)["status"] == "cancelled"
     run_jobs()
     assert get_task(mcp, task_id)["status"] == "cancelled"
-    assert audit_actions(task_id)[-3:] == ["task.cancel_requested", "task.requeued",
-                                           "task.cancelled"]
+    assert audit_actions(task_id)[-3:] == [
+        "task.cancel_requested",
+        "task.requeued",
+        "task.cancelled",
+    ]
     assert "task.completed" not in audit_actions(task_id)
 
 
@@ -533,14 +618,25 @@ def test_K18_cancel_of_a_terminal_task_is_an_idempotent_ack(mcp, start_task, run
 
 def test_K18_audit_rows_record_creation_answers_and_cancel(mcp, users, start_task, run_jobs):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
-    mcp.call("tasks/update", {"taskId": task_id, "inputResponses": {
-        "name": {"action": "accept", "content": {"name": "Ada"}}}})
+    mcp.call(
+        "tasks/update",
+        {
+            "taskId": task_id,
+            "inputResponses": {"name": {"action": "accept", "content": {"name": "Ada"}}},
+        },
+    )
     mcp.call("tasks/cancel", {"taskId": task_id})
     events = {event.action: event for event in AuditEvent.objects.filter(task_id=task_id)}
-    assert list(AuditEvent.objects.filter(task_id=task_id).order_by("id")
-                .values_list("action", flat=True)) == [
-        "task.created", "task.started", "task.input_requested", "task.input_answered",
-        "task.cancel_requested", "task.cancelled"]
+    assert list(
+        AuditEvent.objects.filter(task_id=task_id).order_by("id").values_list("action", flat=True)
+    ) == [
+        "task.created",
+        "task.started",
+        "task.input_requested",
+        "task.input_answered",
+        "task.cancel_requested",
+        "task.cancelled",
+    ]
     alice = str(users["alice"].pk)
     for action in ("task.created", "task.input_answered", "task.cancel_requested"):
         assert events[action].actor_kind == "principal"
@@ -562,7 +658,8 @@ def test_K23_task_ids_are_unguessable(mcp):
 
 
 def test_K24_every_task_request_is_authenticated_and_authorized_against_the_owner(
-        mcp, mcp_for, cast, start_task, run_jobs):
+    mcp, mcp_for, cast, start_task, run_jobs
+):
     task_id, _ = wait_for_input(mcp, start_task, run_jobs, "ask_twice")
     anonymous = McpClient(None)
     revoked = McpClient(cast["adam"]["token"])
@@ -574,8 +671,13 @@ def test_K24_every_task_request_is_authenticated_and_authorized_against_the_owne
             assert reply.headers["www-authenticate"].startswith("Bearer ")
     # Another tenant's member, and a member of the same tenant: "not found".
     for name in ("bob", "amy"):
-        answer = mcp_for(name).call("tasks/update", {"taskId": task_id, "inputResponses": {
-            "name": {"action": "accept", "content": {"name": "intruder"}}}})
+        answer = mcp_for(name).call(
+            "tasks/update",
+            {
+                "taskId": task_id,
+                "inputResponses": {"name": {"action": "accept", "content": {"name": "intruder"}}},
+            },
+        )
         if name == "bob":
             assert answer.error == {"code": -32602, "message": NOT_FOUND}
         else:
@@ -599,13 +701,17 @@ def test_K25_removed_task_methods_get_32601_with_404(mcp, method):
 
 def test_K26_a_legacy_task_param_is_ignored(mcp):
     legacy = {"ttl": 60000, "pollInterval": 100}
-    plain = mcp.call("tools/call", {"name": "echo_auto", "arguments": {"text": "l"},
-                                    "task": legacy}, capabilities=NO_EXTENSION)
+    plain = mcp.call(
+        "tools/call",
+        {"name": "echo_auto", "arguments": {"text": "l"}, "task": legacy},
+        capabilities=NO_EXTENSION,
+    )
     assert plain.status == 200, plain.body
     assert plain.result["resultType"] == "complete"
     assert Task.objects.count() == 0
-    tasked = mcp.call("tools/call", {"name": "echo_auto", "arguments": {"text": "l"},
-                                     "task": legacy})
+    tasked = mcp.call(
+        "tools/call", {"name": "echo_auto", "arguments": {"text": "l"}, "task": legacy}
+    )
     assert tasked.result["resultType"] == "task"
     assert Task.objects.get().ttl_ms != 60000
 
@@ -626,10 +732,14 @@ def test_K28_a_legacy_only_declaration_counts_as_non_declaring(mcp):
 
 def test_K29_under_2025_11_25_the_extension_enables_nothing(mcp):
     old = "2025-11-25"
-    params = {"name": "echo_task", "arguments": {"text": "x"},
-              "_meta": {"io.modelcontextprotocol/protocolVersion": old,
-                        "io.modelcontextprotocol/clientCapabilities": {
-                            "extensions": {TASKS: {}}}}}
+    params = {
+        "name": "echo_task",
+        "arguments": {"text": "x"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": old,
+            "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+        },
+    }
     reply = mcp.call("tools/call", params, headers={"mcp-protocol-version": old})
     assert reply.status == 400
     assert reply.error["code"] == -32022
@@ -645,11 +755,11 @@ def test_K30_mcp_name_must_equal_the_task_id(mcp, start_task, method):
     assert reply.error["code"] == -32020
     # Base64-sentinel form of the right id is the same id.
     encoded = "=?base64?" + base64.b64encode(task_id.encode()).decode() + "?="
-    assert mcp.call(method, task_params(method, task_id),
-                    headers={"mcp-name": encoded}).status == 200
+    assert (
+        mcp.call(method, task_params(method, task_id), headers={"mcp-name": encoded}).status == 200
+    )
     # Missing is tolerated on tasks/* (PROTOCOL §9: FastMCP omits it).
-    assert mcp.call(method, task_params(method, task_id), headers={"mcp-name": None}).status \
-        == 200
+    assert mcp.call(method, task_params(method, task_id), headers={"mcp-name": None}).status == 200
 
 
 def test_K30_strict_mode_also_rejects_a_missing_mcp_name(mcp, start_task, settings):
@@ -659,8 +769,9 @@ def test_K30_strict_mode_also_rejects_a_missing_mcp_name(mcp, start_task, settin
     assert reply.status == 400 and reply.error["code"] == -32020
 
 
-@pytest.mark.parametrize("method", ["tasks/create", "tasks/delete", "tasks/status",
-                                    "notifications/tasks/status"])
+@pytest.mark.parametrize(
+    "method", ["tasks/create", "tasks/delete", "tasks/status", "notifications/tasks/status"]
+)
 def test_K31_no_other_methods_under_tasks(mcp, method):
     reply = mcp.call(method, {"taskId": "x"})
     assert reply.status == 404, reply.body

@@ -28,8 +28,9 @@ def answer(client: McpClient, task_id: str, **responses: dict[str, Any]) -> None
 
 
 def actions(task_id: str) -> list[str]:
-    return list(AuditEvent.objects.filter(task_id=task_id).order_by("id")
-                .values_list("action", flat=True))
+    return list(
+        AuditEvent.objects.filter(task_id=task_id).order_by("id").values_list("action", flat=True)
+    )
 
 
 def state_of(task_id: str) -> str:
@@ -38,7 +39,8 @@ def state_of(task_id: str) -> str:
 
 # ---------------------------------------------------------------- exactly-once effects
 def test_three_asks_two_effects_resumed_five_times_run_each_effect_once(
-        mcp, start_task, run_jobs, probes):
+    mcp, start_task, run_jobs, probes
+):
     origin = timezone.now()
     with time_machine.travel(origin, tick=False) as clock:
         task_id = start_task("three_asks_two_effects")
@@ -64,18 +66,29 @@ def test_three_asks_two_effects_resumed_five_times_run_each_effect_once(
     assert got["result"]["structuredContent"] == {
         "answers": [True, True, True],
         "created": {"step": "create", "call": 1},
-        "published": {"step": "publish", "call": 1}}
+        "published": {"step": "publish", "call": 1},
+    }
     # Each question was recorded once, whatever the number of replays.
-    assert sorted(InputRequest.objects.filter(task_id=task_id).values_list("key", flat=True)) \
-        == ["a", "b", "c"]
+    assert sorted(InputRequest.objects.filter(task_id=task_id).values_list("key", flat=True)) == [
+        "a",
+        "b",
+        "c",
+    ]
     assert Task.objects.get(pk=task_id).step_log == [
-        "ask:a", "effect:create", "ask:b", "ask:c", "sleep:settle", "effect:publish",
-        "sleep:cool-down"]
+        "ask:a",
+        "effect:create",
+        "ask:b",
+        "ask:c",
+        "sleep:settle",
+        "effect:publish",
+        "sleep:cool-down",
+    ]
 
 
 # ---------------------------------------------------------------- determinism
 def test_a_divergent_tool_fails_with_the_non_deterministic_tool_error(
-        mcp, start_task, run_jobs, probes):
+    mcp, start_task, run_jobs, probes
+):
     task_id = start_task("divergent")
     run_jobs()
     assert get_task(mcp, task_id)["status"] == "input_required"
@@ -120,8 +133,7 @@ def test_ctx_now_and_uuid_are_stable_across_replays(mcp, start_task, run_jobs, p
     assert TaskStep.objects.filter(task_id=task_id).count() == 3  # now#1, uuid#1, now#2
 
 
-def test_a_tool_that_catches_exception_around_ask_still_suspends(
-        mcp, start_task, run_jobs, probes):
+def test_a_tool_that_catches_exception_around_ask_still_suspends(mcp, start_task, run_jobs, probes):
     task_id = start_task("swallowing_ask")
     run_jobs()
     got = get_task(mcp, task_id)
@@ -136,8 +148,18 @@ def test_a_tool_that_catches_exception_around_ask_still_suspends(
 
 
 # ---------------------------------------------------------------- safe points
-CTX_CALLS = ["report", "now", "uuid", "job", "ask", "effect", "sleep", "wait_until", "sample",
-             "roots"]
+CTX_CALLS = [
+    "report",
+    "now",
+    "uuid",
+    "job",
+    "ask",
+    "effect",
+    "sleep",
+    "wait_until",
+    "sample",
+    "roots",
+]
 
 
 @pytest.mark.parametrize("call", CTX_CALLS)
@@ -172,8 +194,10 @@ def test_returning_completes_the_task(mcp, start_task, run_jobs):
     run_jobs()
     got = get_task(mcp, task_id)
     assert got["status"] == "completed"
-    assert got["result"] == {"resultType": "complete",
-                             "content": [{"type": "text", "text": "back"}]}
+    assert got["result"] == {
+        "resultType": "complete",
+        "content": [{"type": "text", "text": "back"}],
+    }
     assert actions(task_id)[-1] == "task.completed"
 
 
@@ -187,20 +211,27 @@ def test_tool_error_completes_with_is_error(mcp, start_task, run_jobs):
 
 
 def test_other_exceptions_fail_with_a_sanitized_32603_and_are_logged(
-        mcp, start_task, run_jobs, caplog):
+    mcp, start_task, run_jobs, caplog
+):
     task_id = start_task("crash_task")
     with caplog.at_level(logging.ERROR, logger="mcptasks.runner"):
         run_jobs()
     got = get_task(mcp, task_id)
     assert got["status"] == "failed"
-    assert got["error"] == {"code": -32603,
-                            "message": "Tool 'crash_task' failed with an internal error"}
+    assert got["error"] == {
+        "code": -32603,
+        "message": "Tool 'crash_task' failed with an internal error",
+    }
     wire = str(got)
     assert "widget cache" not in wire and "RuntimeError" not in wire
-    assert "widget cache" not in str(list(AuditEvent.objects.filter(task_id=task_id)
-                                          .values_list("data", flat=True)))
-    records = [r for r in caplog.records if r.name == "mcptasks.runner"
-               and getattr(r, "task_id", None) == task_id]
+    assert "widget cache" not in str(
+        list(AuditEvent.objects.filter(task_id=task_id).values_list("data", flat=True))
+    )
+    records = [
+        r
+        for r in caplog.records
+        if r.name == "mcptasks.runner" and getattr(r, "task_id", None) == task_id
+    ]
     assert records, caplog.text
     assert records[0].exc_info is not None
     assert "widget cache overflow at shard 7" in caplog.text and "Traceback" in caplog.text
@@ -208,14 +239,18 @@ def test_other_exceptions_fail_with_a_sanitized_32603_and_are_logged(
 
 # ---------------------------------------------------------------- questions before a task
 def round_two(client: McpClient, first: dict[str, Any], name: str = "Alice") -> Any:
-    return client.call("tools/call", {
-        "name": "greet_in_task", "arguments": {},
-        "inputResponses": {"user_name": {"action": "accept", "content": {"name": name}}},
-        "requestState": first["requestState"]})
+    return client.call(
+        "tools/call",
+        {
+            "name": "greet_in_task",
+            "arguments": {},
+            "inputResponses": {"user_name": {"action": "accept", "content": {"name": name}}},
+            "requestState": first["requestState"],
+        },
+    )
 
 
-def test_questions_before_a_task_create_exactly_one_task_with_the_answer(
-        mcp, users, run_jobs):
+def test_questions_before_a_task_create_exactly_one_task_with_the_answer(mcp, users, run_jobs):
     first = mcp.tool("greet_in_task").result
     validate_tools_call_result(first)
     assert first["resultType"] == "input_required"
@@ -231,7 +266,10 @@ def test_questions_before_a_task_create_exactly_one_task_with_the_answer(
     assert created["taskId"] == task.pk
     request = InputRequest.objects.get(task=task)
     assert (request.key, request.state, request.audience) == (
-        "user_name", InputState.ANSWERED, Audience.CLIENT)
+        "user_name",
+        InputState.ANSWERED,
+        Audience.CLIENT,
+    )
     assert request.response == {"action": "accept", "content": {"name": "Alice"}}
     assert request.answered_by_id == users["alice"].pk and request.answered_via == "mcp"
 
@@ -272,9 +310,14 @@ def test_round_two_is_bound_to_its_principal_and_validated(mcp, mcp_for):
     first = mcp.tool("greet_in_task").result
     stolen = round_two(mcp_for("bob"), first)
     assert stolen.error["code"] == -32602
-    bad = mcp.call("tools/call", {
-        "name": "greet_in_task", "arguments": {},
-        "inputResponses": {"user_name": {"action": "accept", "content": {"name": 7}}},
-        "requestState": first["requestState"]})
+    bad = mcp.call(
+        "tools/call",
+        {
+            "name": "greet_in_task",
+            "arguments": {},
+            "inputResponses": {"user_name": {"action": "accept", "content": {"name": 7}}},
+            "requestState": first["requestState"],
+        },
+    )
     assert bad.error["code"] == -32602 and "'user_name'" in bad.error["message"]
     assert Task.objects.count() == 0

@@ -20,8 +20,13 @@ def test_task_form_asking_for_a_secret_fails_as_misdefined(make_task):
 
 
 def test_url_only_elicitation_client_is_never_sent_a_form(make_task):
-    task = make_task(tool_name="ask_twice", client_capabilities={
-        "elicitation": {"url": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}})
+    task = make_task(
+        tool_name="ask_twice",
+        client_capabilities={
+            "elicitation": {"url": {}},
+            "extensions": {"io.modelcontextprotocol/tasks": {}},
+        },
+    )
     assert runner.run_task(task.pk) == TaskState.FAILED
     task.refresh_from_db()
     assert task.error["code"] == -32021

@@ -68,7 +68,8 @@ def completed_task(mcp, start_task, run_jobs) -> Callable[[], str]:
 
 
 def test_tasks_are_readable_and_unchanged_for_their_whole_ttl(
-        mcp, clock, waiting_task, completed_task):
+    mcp, clock, waiting_task, completed_task
+):
     waiting, completed = waiting_task(), completed_task()
     before = {task_id: get_task(mcp, task_id) for task_id in (waiting, completed)}
     clock.move_to(created_at(waiting) + ttl_of(mcp, waiting) - MS)
@@ -79,7 +80,8 @@ def test_tasks_are_readable_and_unchanged_for_their_whole_ttl(
 
 
 def test_a_non_terminal_task_past_its_ttl_is_failed_with_a_clear_error(
-        mcp, clock, waiting_task, start_task):
+    mcp, clock, waiting_task, start_task
+):
     waiting = waiting_task()
     queued = start_task("echo_task", {"text": "never ran"})  # no worker ran it
     clock.move_to(created_at(queued) + ttl_of(mcp, queued) + MS)
@@ -94,8 +96,13 @@ def test_a_non_terminal_task_past_its_ttl_is_failed_with_a_clear_error(
         assert (event.actor_kind, event.actor_display) == ("system", "sweeper")
     # Its questions are withdrawn: a late answer is ignored and changes nothing.
     assert not InputRequest.objects.filter(task_id=waiting, state=InputState.PENDING).exists()
-    mcp.call("tasks/update", {"taskId": waiting, "inputResponses": {
-        "name": {"action": "accept", "content": {"name": "late"}}}})
+    mcp.call(
+        "tasks/update",
+        {
+            "taskId": waiting,
+            "inputResponses": {"name": {"action": "accept", "content": {"name": "late"}}},
+        },
+    )
     assert get_task(mcp, waiting)["error"] == EXPIRED
     assert sweeps.expire_tasks() == 0  # terminal now: never expired twice
 
@@ -116,7 +123,8 @@ def test_a_running_task_expired_mid_step_stays_failed(mcp, start_task, run_jobs,
 
 
 def test_a_terminal_task_is_purged_only_after_the_grace_period(
-        mcp, clock, completed_task, settings):
+    mcp, clock, completed_task, settings
+):
     settings.MCPTASKS_TERMINAL_GRACE_S = 600
     task_id = completed_task()
     TaskStep.objects.create(task_id=task_id, key="now#1", kind="now", value="x")
@@ -129,14 +137,18 @@ def test_a_terminal_task_is_purged_only_after_the_grace_period(
     assert get_task(mcp, task_id)["status"] == "completed"
     clock.move_to(deadline + timedelta(seconds=600) + MS)
     assert sweeps.purge_tasks() == 1
-    for method, params in (("tasks/get", {}), ("tasks/cancel", {}),
-                           ("tasks/update", {"inputResponses": {}})):
+    for method, params in (
+        ("tasks/get", {}),
+        ("tasks/cancel", {}),
+        ("tasks/update", {"inputResponses": {}}),
+    ):
         assert mcp.call(method, {"taskId": task_id, **params}).error == NOT_FOUND
     assert not Task.objects.filter(pk=task_id).exists()
     assert not TaskStep.objects.filter(task_id=task_id).exists()
     # Audit outlives the task.
-    actions = list(AuditEvent.objects.filter(task_id=task_id).order_by("id")
-                   .values_list("action", flat=True))
+    actions = list(
+        AuditEvent.objects.filter(task_id=task_id).order_by("id").values_list("action", flat=True)
+    )
     assert actions[0] == "task.created" and actions[-1] == "task.purged"
     assert sweeps.purge_tasks() == 0
 
@@ -183,7 +195,8 @@ def run_twice_at_once(sweep: Callable[[], int]) -> list[int]:
 
 @pytest.mark.pg
 def test_two_expiry_sweeps_at_once_expire_each_task_exactly_once(
-        mcp, clock, waiting_task, start_task):
+    mcp, clock, waiting_task, start_task
+):
     task_ids = [waiting_task() for _ in range(4)]
     task_ids += [start_task("echo_task", {"text": str(n)}) for n in range(8)]
     clock.move_to(max(created_at(t) for t in task_ids) + ttl_of(mcp, task_ids[0]) + MS)
@@ -197,11 +210,13 @@ def test_two_expiry_sweeps_at_once_expire_each_task_exactly_once(
 
 @pytest.mark.pg
 def test_two_purge_sweeps_at_once_delete_each_task_exactly_once(
-        mcp, clock, completed_task, settings):
+    mcp, clock, completed_task, settings
+):
     settings.MCPTASKS_TERMINAL_GRACE_S = 60
     task_ids = [completed_task() for _ in range(12)]
-    clock.move_to(max(created_at(t) for t in task_ids) + ttl_of(mcp, task_ids[0])
-                  + timedelta(seconds=61))
+    clock.move_to(
+        max(created_at(t) for t in task_ids) + ttl_of(mcp, task_ids[0]) + timedelta(seconds=61)
+    )
     done = run_twice_at_once(sweeps.purge_tasks)
     assert sum(done) == len(task_ids)
     assert not Task.objects.filter(pk__in=task_ids).exists()

@@ -24,8 +24,10 @@ def parse_moment(value: str) -> datetime:
 
 
 class Command(BaseCommand):
-    help = ("Export audit events (redacted as stored) as CSV or JSONL with a signed manifest "
-            "(FILE.manifest.json). The export itself is audited.")
+    help = (
+        "Export audit events (redacted as stored) as CSV or JSONL with a signed manifest "
+        "(FILE.manifest.json). The export itself is audited."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--format", choices=FORMATS, required=True)
@@ -38,15 +40,23 @@ class Command(BaseCommand):
         parser.add_argument("--task", default="", help="a task id")
         parser.add_argument("--since", type=parse_moment, help="from (inclusive), ISO 8601")
         parser.add_argument("--until", type=parse_moment, help="to (exclusive), ISO 8601")
-        parser.add_argument("--as", dest="as_user", default="",
-                            help="username recorded as the exporting actor (default: system)")
+        parser.add_argument(
+            "--as",
+            dest="as_user",
+            default="",
+            help="username recorded as the exporting actor (default: system)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         filters = ExportFilters(
-            chain=options["chain"] or (chain_for_tenant(options["tenant"])
-                                       if options["tenant"] else ""),
-            actor=options["actor"], action=options["action"], task_id=options["task"],
-            since=options["since"], until=options["until"])
+            chain=options["chain"]
+            or (chain_for_tenant(options["tenant"]) if options["tenant"] else ""),
+            actor=options["actor"],
+            action=options["action"],
+            task_id=options["task"],
+            since=options["since"],
+            until=options["until"],
+        )
         actor = Actor.system("manage.py export_audit")
         if options["as_user"]:
             user = get_user_model().objects.filter(username=options["as_user"]).first()
@@ -58,6 +68,9 @@ class Command(BaseCommand):
             manifest = export_to_file(filters, options["format"], stream, actor=actor)
         manifest_path = manifest_path_for(out)
         manifest_path.write_text(dump_manifest(manifest))
-        self.stdout.write(self.style.SUCCESS(
-            f"exported {manifest['count']} events to {out} (sha256 "
-            f"{manifest['content_sha256']}); manifest {manifest_path}"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"exported {manifest['count']} events to {out} (sha256 "
+                f"{manifest['content_sha256']}); manifest {manifest_path}"
+            )
+        )

@@ -10,14 +10,21 @@ from audit.chain import chain_for_tenant, known_chains, verify_chains
 
 
 class Command(BaseCommand):
-    help = ("Verify the audit hash chains (all, or one with --chain / --tenant); exits 1 naming "
-            "the first broken event of each broken chain.")
+    help = (
+        "Verify the audit hash chains (all, or one with --chain / --tenant); exits 1 naming "
+        "the first broken event of each broken chain."
+    )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--chain", action="append", default=[],
-                            help="a chain (tenant:<slug> or system); repeatable")
-        parser.add_argument("--tenant", action="append", default=[],
-                            help="a tenant slug (its chain); repeatable")
+        parser.add_argument(
+            "--chain",
+            action="append",
+            default=[],
+            help="a chain (tenant:<slug> or system); repeatable",
+        )
+        parser.add_argument(
+            "--tenant", action="append", default=[], help="a tenant slug (its chain); repeatable"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         chains = [*options["chain"], *(chain_for_tenant(slug) for slug in options["tenant"])]
@@ -28,8 +35,10 @@ class Command(BaseCommand):
         for report in verify_chains(chains or None):
             if report.ok:
                 start = f" after checkpoint seq {report.start_seq}" if report.start_seq else ""
-                self.stdout.write(f"ok      {report.chain}: {report.events} events{start}, "
-                                  f"head seq {report.last_seq} {report.last_hash[:16]}…")
+                self.stdout.write(
+                    f"ok      {report.chain}: {report.events} events{start}, "
+                    f"head seq {report.last_seq} {report.last_hash[:16]}…"
+                )
             else:
                 broken += 1
                 self.stdout.write(f"BROKEN  {report.broken}")

@@ -15,15 +15,20 @@ from audit.export import verify_export
 
 
 class Command(BaseCommand):
-    help = ("Verify an audit export against its signed manifest and the stored chains; exits 1 "
-            "listing what does not match.")
+    help = (
+        "Verify an audit export against its signed manifest and the stored chains; exits 1 "
+        "listing what does not match."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("file")
         parser.add_argument("manifest")
-        parser.add_argument("--public-key", action="append", default=[],
-                            help="also trust this base64 Ed25519 public key (a retired key); "
-                                 "repeatable")
+        parser.add_argument(
+            "--public-key",
+            action="append",
+            default=[],
+            help="also trust this base64 Ed25519 public key (a retired key); repeatable",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         trusted = signing.trusted_public_keys()
@@ -49,5 +54,8 @@ class Command(BaseCommand):
             self.stdout.write(f"FAIL    {problem}")
         if not check.ok:
             raise CommandError(f"the export does not verify ({len(check.problems)} problem(s))")
-        self.stdout.write(self.style.SUCCESS(
-            f"export verified: {check.count} events, signed by key {check.key_id[:16]}…"))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"export verified: {check.count} events, signed by key {check.key_id[:16]}…"
+            )
+        )

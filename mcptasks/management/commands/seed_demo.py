@@ -26,23 +26,26 @@ DEMO_PASSWORD_SUFFIX = "-demo-pass"
 def seed_cast(*, with_tokens: bool = True) -> dict[str, dict[str, Any]]:
     """Create tenants, users, memberships and (optionally) one token each; return the cast."""
     User = get_user_model()
-    tenants = {slug: Tenant.objects.get_or_create(slug=slug, defaults={"name": name})[0]
-               for slug, name in TENANTS.items()}
+    tenants = {
+        slug: Tenant.objects.get_or_create(slug=slug, defaults={"name": name})[0]
+        for slug, name in TENANTS.items()
+    }
     cast: dict[str, dict[str, Any]] = {}
     for username, staff, roles in CAST:
         user, created = User.objects.get_or_create(
-            username=username, defaults={"is_staff": staff, "email": f"{username}@example.com"})
+            username=username, defaults={"is_staff": staff, "email": f"{username}@example.com"}
+        )
         password = f"{username}{DEMO_PASSWORD_SUFFIX}"
         if created:
             user.set_password(password)
             user.save(update_fields=["password"])
         for slug, role in roles:
             Membership.objects.get_or_create(user=user, tenant=tenants[slug], role=role)
-        entry: dict[str, Any] = {"user": user, "password": password,
-                                 "tenant": tenants[roles[0][0]]}
+        entry: dict[str, Any] = {"user": user, "password": password, "tenant": tenants[roles[0][0]]}
         if with_tokens:
-            _, plaintext = ApiToken.issue(user=user, tenant=tenants[roles[0][0]],
-                                          name=f"{username} demo token")
+            _, plaintext = ApiToken.issue(
+                user=user, tenant=tenants[roles[0][0]], name=f"{username} demo token"
+            )
             entry["token"] = plaintext
         cast[username] = entry
     return cast
@@ -52,8 +55,9 @@ class Command(BaseCommand):
     help = "Seed demo tenants, users, tokens and tasks (prints the tokens once)."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--if-empty", action="store_true",
-                            help="do nothing if any tenant exists")
+        parser.add_argument(
+            "--if-empty", action="store_true", help="do nothing if any tenant exists"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["if_empty"] and Tenant.objects.exists():
@@ -66,6 +70,7 @@ class Command(BaseCommand):
         seed_demo_tasks(cast)
         self.stdout.write(self.style.SUCCESS("Demo seeded. Logins and MCP tokens (shown once):"))
         for username, entry in cast.items():
-            self.stdout.write(f"  {username:6} password {entry['password']:22} "
-                              f"token {entry['token']}")
+            self.stdout.write(
+                f"  {username:6} password {entry['password']:22} token {entry['token']}"
+            )
         self.stdout.write(f"Tasks: {Task.objects.count()}")

@@ -27,19 +27,25 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
-        parser.add_argument("--workers", type=int, default=2,
-                            help="worker threads on the embedded default")
-        parser.add_argument("--no-worker", action="store_true",
-                            help="do not start the in-process worker and beat")
+        parser.add_argument(
+            "--workers", type=int, default=2, help="worker threads on the embedded default"
+        )
+        parser.add_argument(
+            "--no-worker", action="store_true", help="do not start the in-process worker and beat"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         host, port = options["host"], options["port"]
         if settings.MCPTASKS_CONFORMANCE_MODE:
             if not is_loopback(host):
-                raise CommandError("MCPTASKS_CONFORMANCE_MODE serves tokenless requests and is "
-                                   f"refused on the non-loopback address {host!r}")
-            log.warning("CONFORMANCE MODE: tokenless requests to /mcp act as the conformance "
-                        "principal. Never use this outside a test run.")
+                raise CommandError(
+                    "MCPTASKS_CONFORMANCE_MODE serves tokenless requests and is "
+                    f"refused on the non-loopback address {host!r}"
+                )
+            log.warning(
+                "CONFORMANCE MODE: tokenless requests to /mcp act as the conformance "
+                "principal. Never use this outside a test run."
+            )
         if settings.MCPTASKS_EMBEDDED_WORKER and not options["no_worker"]:
             from mcptasks import embedded
 
@@ -48,5 +54,6 @@ class Command(BaseCommand):
         from daphne.cli import CommandLineInterface
 
         self.stdout.write(f"Serving on http://{host}:{port}/ (MCP endpoint /mcp)")
-        CommandLineInterface().run(["-b", host, "-p", str(port), "--proxy-headers",
-                                    "mcptasks.asgi:application"])
+        CommandLineInterface().run(
+            ["-b", host, "-p", str(port), "--proxy-headers", "mcptasks.asgi:application"]
+        )
