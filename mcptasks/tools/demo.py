@@ -43,12 +43,15 @@ def deploy_service(
     rollout = ctx.effect(
         "rollout", lambda key: fake_cloud.rollout(key, service, version, environment)
     )
+    # A rollout whose worker died mid-call may be reconciled by an operator as applied: the
+    # step's outcome is then {"external_ref": <what the operator found>, "reconciled": True}.
+    rollout_id = rollout["external_ref"] if rollout.get("reconciled") else rollout["rollout_id"]
     return {
         "service": service,
         "version": version,
         "environment": environment,
         "build": build["build_id"],
-        "rollout": rollout["rollout_id"],
+        "rollout": rollout_id,
     }
 
 
