@@ -38,10 +38,16 @@ TIMEOUT_S = 120.0
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=50, help="kills per case")
-    parser.add_argument("--server", default="postgres://postgres@127.0.0.1:5432/postgres",
-                        help="a PostgreSQL URL to create the run's database from")
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379",
-                        help=f"the Redis server (database {REDIS_DB} is flushed and used)")
+    parser.add_argument(
+        "--server",
+        default="postgres://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL URL to create the run's database from",
+    )
+    parser.add_argument(
+        "--redis",
+        default="redis://127.0.0.1:6379",
+        help=f"the Redis server (database {REDIS_DB} is flushed and used)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the database and the logs")
     return parser.parse_args()
 
@@ -51,21 +57,23 @@ def configure(args: argparse.Namespace, database: str, workdir: Path) -> str:
     server = urlparse(args.server)
     database_url = server._replace(path=f"/{database}").geturl()
     redis = f"{args.redis.rstrip('/')}/{REDIS_DB}"
-    os.environ.update({
-        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-        "DATABASE_URL": database_url,
-        "REDIS_URL": redis,
-        "CHANNEL_REDIS_URL": redis,
-        "MCPTASKS_LIMITS_REDIS_URL": redis,
-        "SECRET_KEY": os.environ.get("SECRET_KEY") or "effect-loop-secret-key",
-        "MCPTASKS_REQUEST_STATE_KEY": os.environ.get("MCPTASKS_REQUEST_STATE_KEY") or "x",
-        "MCPTASKS_AUDIT_SIGNING_KEY": os.environ.get("MCPTASKS_AUDIT_SIGNING_KEY") or "x",
-        "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
-        "MCPTASKS_VAR_DIR": str(workdir / "var"),
-        "MCPTASKS_FAKE_CLOUD": str(workdir / "fake_cloud.json"),
-        "MCPTASKS_LEASE_S": "3",
-        "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
-    })
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+            "DATABASE_URL": database_url,
+            "REDIS_URL": redis,
+            "CHANNEL_REDIS_URL": redis,
+            "MCPTASKS_LIMITS_REDIS_URL": redis,
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or "effect-loop-secret-key",
+            "MCPTASKS_REQUEST_STATE_KEY": os.environ.get("MCPTASKS_REQUEST_STATE_KEY") or "x",
+            "MCPTASKS_AUDIT_SIGNING_KEY": os.environ.get("MCPTASKS_AUDIT_SIGNING_KEY") or "x",
+            "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
+            "MCPTASKS_VAR_DIR": str(workdir / "var"),
+            "MCPTASKS_FAKE_CLOUD": str(workdir / "fake_cloud.json"),
+            "MCPTASKS_LEASE_S": "3",
+            "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
+        }
+    )
     return database_url
 
 
@@ -103,30 +111,37 @@ def main() -> int:
         cast = seed_cast()
         harness.flush_redis(os.environ["REDIS_URL"])
         cluster = harness.Cluster(
-            database_url=database_url, broker_url=os.environ["REDIS_URL"],
-            channel_url=os.environ["CHANNEL_REDIS_URL"], workdir=workdir,
-            tool_packs=os.environ["MCPTASKS_TOOL_PACKS"].split(","))
+            database_url=database_url,
+            broker_url=os.environ["REDIS_URL"],
+            channel_url=os.environ["CHANNEL_REDIS_URL"],
+            workdir=workdir,
+            tool_packs=os.environ["MCPTASKS_TOOL_PACKS"].split(","),
+        )
         crash.start_cluster(cluster)
         olga = Actor.for_user(cast["olga"]["user"], kind="operator")
         scenarios = [s for _ in range(args.iterations) for s in crash.SCENARIOS]
 
         def progress(done: list[crash.Iteration]) -> None:
             if len(done) % 40 == 0:
-                print(f"{len(done)} kills, the last settled in "
-                      f"{done[-1].settled_s or 0.0:.2f} s", flush=True)
+                print(
+                    f"{len(done)} kills, the last settled in {done[-1].settled_s or 0.0:.2f} s",
+                    flush=True,
+                )
 
         started = time.monotonic()
-        iterations = crash.run(cluster, crash.EffectTasks(cast), scenarios, olga,
-                               timeout=TIMEOUT_S, progress=progress)
+        iterations = crash.run(
+            cluster, crash.EffectTasks(cast), scenarios, olga, timeout=TIMEOUT_S, progress=progress
+        )
         wall_s = time.monotonic() - started
         problems = crash.problems(iterations)
         gaps = checks.audit_gaps()
         print(crash.summary(iterations, wall_s))
-        print(f"kill -> settled, all cases: "
-              f"{checks.figures([it.settled_s or 0.0 for it in iterations])} "
-              f"(bound {harness.SETTLE_S:.1f} s)")
-        print(f"iterations that broke a promise: "
-              f"{len({p.split(' ')[0] for p in problems})}")
+        print(
+            f"kill -> settled, all cases: "
+            f"{checks.figures([it.settled_s or 0.0 for it in iterations])} "
+            f"(bound {harness.SETTLE_S:.1f} s)"
+        )
+        print(f"iterations that broke a promise: {len({p.split(' ')[0] for p in problems})}")
         print(f"audit chain problems (gaps, broken links): {len(gaps)}")
         for line in [*problems, *gaps][:20]:
             print(f"  {line}")
@@ -141,8 +156,10 @@ def main() -> int:
         if args.keep:
             print(f"kept database {database} and logs in {workdir}")
         else:
-            admin(args, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(database)))
+            admin(
+                args,
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)),
+            )
 
 
 if __name__ == "__main__":

@@ -58,8 +58,13 @@ def effects_broker() -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture
-def cluster(transactional_db: None, fault_settings: Any, workdir: Path, fake_cloud_file: Path,
-            effects_broker: tuple[str, str]) -> Iterator[harness.Cluster]:
+def cluster(
+    transactional_db: None,
+    fault_settings: Any,
+    workdir: Path,
+    fake_cloud_file: Path,
+    effects_broker: tuple[str, str],
+) -> Iterator[harness.Cluster]:
     """Workers and beat of this test (none started yet), all ended by pid before the test
     database is flushed."""
     from django.conf import settings
@@ -67,10 +72,16 @@ def cluster(transactional_db: None, fault_settings: Any, workdir: Path, fake_clo
 
     broker, channel = effects_broker
     cluster = harness.Cluster(
-        database_url=harness.database_url(connection.settings_dict), broker_url=broker,
-        channel_url=channel, workdir=workdir, tool_packs=list(settings.MCPTASKS_TOOL_PACKS),
-        extra_env={"MCPTASKS_FAKE_CLOUD": str(fake_cloud_file),
-                   "MCPTASKS_LIMITS_REDIS_URL": channel})
+        database_url=harness.database_url(connection.settings_dict),
+        broker_url=broker,
+        channel_url=channel,
+        workdir=workdir,
+        tool_packs=list(settings.MCPTASKS_TOOL_PACKS),
+        extra_env={
+            "MCPTASKS_FAKE_CLOUD": str(fake_cloud_file),
+            "MCPTASKS_LIMITS_REDIS_URL": channel,
+        },
+    )
     yield cluster
     cluster.stop_all()
 

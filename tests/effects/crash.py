@@ -55,8 +55,9 @@ class Scenario:
         return "completed" if self.idempotent else "needs_reconciliation"
 
 
-SCENARIOS = tuple(Scenario(idempotent, hold) for idempotent in (True, False)
-                  for hold in ("before", "after"))
+SCENARIOS = tuple(
+    Scenario(idempotent, hold) for idempotent in (True, False) for hold in ("before", "after")
+)
 
 
 @dataclass
@@ -95,25 +96,40 @@ class EffectTasks:
         entry = self.cast[owner]
         task, _ = lifecycle.task_create(
             spec=lifecycle.NewTask(
-                tenant_id=entry["tenant"].pk, principal_id=entry["user"].pk, tool_name=TOOL,
-                arguments=arguments, policy_revision=self.tool_def.policy_revision,
+                tenant_id=entry["tenant"].pk,
+                principal_id=entry["user"].pk,
+                tool_name=TOOL,
+                arguments=arguments,
+                policy_revision=self.tool_def.policy_revision,
                 ttl_ms=self.tool_def.ttl_ms,
-                client_capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}}),
-            actor=Actor.for_user(entry["user"], kind="principal"))
+                client_capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            ),
+            actor=Actor.for_user(entry["user"], kind="principal"),
+        )
         return task.pk
 
     def start(self, scenarios: list[Scenario], hold_s: float = HOLD_S) -> list[Iteration]:
         """One task per scenario, alternately alice's (acme) and bob's (globex)."""
-        return [Iteration(scenario, self.create(
-            owner="bob" if number % 2 else "alice", idempotent=scenario.idempotent,
-            hold=scenario.hold, hold_s=hold_s), time.monotonic())
-            for number, scenario in enumerate(scenarios)]
+        return [
+            Iteration(
+                scenario,
+                self.create(
+                    owner="bob" if number % 2 else "alice",
+                    idempotent=scenario.idempotent,
+                    hold=scenario.hold,
+                    hold_s=hold_s,
+                ),
+                time.monotonic(),
+            )
+            for number, scenario in enumerate(scenarios)
+        ]
 
 
 def start_cluster(cluster: Cluster, concurrency: int = 4) -> None:
     """Two prefork workers of ``concurrency`` pool processes each, and beat."""
-    workers = [cluster.start_worker(name, concurrency=concurrency, wait=False)
-               for name in ("A", "B")]
+    workers = [
+        cluster.start_worker(name, concurrency=concurrency, wait=False) for name in ("A", "B")
+    ]
     for worker in workers:
         worker.wait_log(r" ready\.")
     cluster.start_beat()
@@ -123,8 +139,9 @@ def start_cluster(cluster: Cluster, concurrency: int = 4) -> None:
 def effect_states(task_ids: list[str], step: str = STEP) -> dict[str, str]:
     from mcptasks.models import Effect
 
-    return dict(Effect.objects.filter(task_id__in=task_ids, step=step)
-                .values_list("task_id", "state"))
+    return dict(
+        Effect.objects.filter(task_id__in=task_ids, step=step).values_list("task_id", "state")
+    )
 
 
 def task_states(task_ids: list[str]) -> dict[str, str]:
@@ -152,8 +169,10 @@ def kill_at_marks(cluster: Cluster, iterations: list[Iteration], timeout: float)
     deadline = time.monotonic() + timeout
     while waiting:
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for the kill marks of {len(waiting)} tasks "
-                                 f"(e.g. {next(iter(waiting))})")
+            raise AssertionError(
+                f"timed out waiting for the kill marks of {len(waiting)} tasks "
+                f"(e.g. {next(iter(waiting))})"
+            )
         seen: set[tuple[str, str]] = set()
         for mark in cloud.marks():
             point = (mark["key"], mark["mark"])
@@ -163,15 +182,21 @@ def kill_at_marks(cluster: Cluster, iterations: list[Iteration], timeout: float)
             # follow name a wrong key, a wait for a mark that never comes would not.
             task_id, _, rest = mark["key"].partition(":")
             it = waiting.get(task_id)
-            if (it is None or not first or not rest.startswith(STEP)
-                    or mark["mark"] != HOLD_MARKS[it.scenario.hold]):
+            if (
+                it is None
+                or not first
+                or not rest.startswith(STEP)
+                or mark["mark"] != HOLD_MARKS[it.scenario.hold]
+            ):
                 continue
             row = Task.objects.filter(pk=it.task_id).values("state", "lease_owner").get()
             it.at_kill = {
                 "effect": effect_states([it.task_id]).get(it.task_id),
                 "downstream_calls": cloud.calls_per_key().get(mark["key"], 0),
-                "task": row["state"], "lease_pid": lease_pid(row["lease_owner"]),
-                "pool_process": _is_pool_process(cluster, mark["pid"])}
+                "task": row["state"],
+                "lease_pid": lease_pid(row["lease_owner"]),
+                "pool_process": _is_pool_process(cluster, mark["pid"]),
+            }
             os.kill(mark["pid"], signal.SIGKILL)
             it.killed_pid, it.killed_at = mark["pid"], time.monotonic()
             del waiting[task_id]
@@ -202,8 +227,10 @@ def wait_settled(iterations: list[Iteration], timeout: float) -> None:
             elif state in ("completed", "failed", "cancelled"):
                 raise AssertionError(f"{task_id} ({it.scenario.name}) ended {state}")
         if pending and now > deadline:
-            raise AssertionError(f"{len(pending)} tasks did not settle within {timeout:.0f} s "
-                                 f"of their kill: {task_states(list(pending))}")
+            raise AssertionError(
+                f"{len(pending)} tasks did not settle within {timeout:.0f} s "
+                f"of their kill: {task_states(list(pending))}"
+            )
         time.sleep(0.05)
 
 
@@ -223,11 +250,16 @@ def reconcile_truthfully(iterations: list[Iteration], actor: Any) -> None:
         reference = truth if it.scenario.decision == "applied" else ""
         it.decided_at = time.monotonic()
         lifecycle.task_reconcile_effect(
-            effect_id=effect_id, actor=actor, decision=it.scenario.decision,
-            note=f"checked the cloud console: {it.scenario.decision}", external_ref=reference)
+            effect_id=effect_id,
+            actor=actor,
+            decision=it.scenario.decision,
+            note=f"checked the cloud console: {it.scenario.decision}",
+            external_ref=reference,
+        )
         try:
-            lifecycle.task_reconcile_effect(effect_id=effect_id, actor=actor, decision="fail",
-                                            note="a second opinion")
+            lifecycle.task_reconcile_effect(
+                effect_id=effect_id, actor=actor, decision="fail", note="a second opinion"
+            )
         except lifecycle.EffectNotUnknown:
             it.second_decision_refused = True
         else:
@@ -250,20 +282,28 @@ def wait_completed(iterations: list[Iteration], timeout: float) -> None:
             elif state in ("failed", "cancelled"):
                 raise AssertionError(f"{task_id} ({it.scenario.name}) ended {state}")
         if pending and now > deadline:
-            raise AssertionError(f"{len(pending)} tasks did not complete: "
-                                 f"{task_states(list(pending))}")
+            raise AssertionError(
+                f"{len(pending)} tasks did not complete: {task_states(list(pending))}"
+            )
         time.sleep(0.05)
 
 
-def run(cluster: Cluster, tasks: EffectTasks, scenarios: list[Scenario], actor: Any, *,
-        timeout: float, wave: int = len(SCENARIOS),
-        progress: Callable[[list[Iteration]], None] | None = None) -> list[Iteration]:
+def run(
+    cluster: Cluster,
+    tasks: EffectTasks,
+    scenarios: list[Scenario],
+    actor: Any,
+    *,
+    timeout: float,
+    wave: int = len(SCENARIOS),
+    progress: Callable[[list[Iteration]], None] | None = None,
+) -> list[Iteration]:
     """Start, kill, settle, reconcile and complete one task per entry of ``scenarios``,
     ``wave`` tasks at a time: a few kills at once keep each recovery what a lone kill costs
     (two CPUs; the reaper's sweep waits in the same queue as the replays)."""
     iterations: list[Iteration] = []
     for first in range(0, len(scenarios), wave):
-        batch = tasks.start(scenarios[first:first + wave])
+        batch = tasks.start(scenarios[first : first + wave])
         kill_at_marks(cluster, batch, timeout)
         wait_settled(batch, timeout)
         reconcile_truthfully(batch, actor)
@@ -281,16 +321,27 @@ def problems(iterations: list[Iteration]) -> list[str]:
     from mcptasks.models import Effect, EffectState, Task
 
     task_ids = [it.task_id for it in iterations]
-    rows = {row["id"]: row for row in Task.objects.filter(pk__in=task_ids).values(
-        "id", "state", "result", "error")}
-    effects = {(e["task_id"], e["step"]): e for e in Effect.objects.filter(
-        task_id__in=task_ids).values("task_id", "step", "state", "result", "external_ref",
-                                     "reconciled_by__username")}
-    calls, applications, applied = (cloud.calls_per_key(), cloud.applications_per_key(),
-                                    cloud.applied())
+    rows = {
+        row["id"]: row
+        for row in Task.objects.filter(pk__in=task_ids).values("id", "state", "result", "error")
+    }
+    effects = {
+        (e["task_id"], e["step"]): e
+        for e in Effect.objects.filter(task_id__in=task_ids).values(
+            "task_id", "step", "state", "result", "external_ref", "reconciled_by__username"
+        )
+    }
+    calls, applications, applied = (
+        cloud.calls_per_key(),
+        cloud.applications_per_key(),
+        cloud.applied(),
+    )
     trails: dict[str, list[tuple[str, dict[str, Any]]]] = {t: [] for t in task_ids}
-    for task_id, action, data in AuditEvent.objects.filter(task_id__in=task_ids).order_by(
-            "chain", "seq").values_list("task_id", "action", "data"):
+    for task_id, action, data in (
+        AuditEvent.objects.filter(task_id__in=task_ids)
+        .order_by("chain", "seq")
+        .values_list("task_id", "action", "data")
+    ):
         trails[task_id].append((action, data))
     found: list[str] = []
     for it in iterations:
@@ -310,22 +361,29 @@ def problems(iterations: list[Iteration]) -> list[str]:
                 found.append(f"{name}: {key} applied {applications.get(key, 0)} times")
         expected_calls = 2 if it.scenario.idempotent and it.scenario.hold == "after" else 1
         if calls.get(it.key) != expected_calls:
-            found.append(f"{name}: the downstream got {calls.get(it.key)} calls of {it.key}, "
-                         f"expected {expected_calls}")
+            found.append(
+                f"{name}: the downstream got {calls.get(it.key)} calls of {it.key}, "
+                f"expected {expected_calls}"
+            )
         if receipt is None or receipt["state"] != EffectState.APPLIED:
             found.append(f"{name}: the step after it is {receipt and receipt['state']}")
         if it.scenario.idempotent or it.scenario.decision == "not_applied":
             expected_state, expected_result = EffectState.APPLIED, applied.get(it.key)
         else:
             expected_state = EffectState.RECONCILED_APPLIED
-            expected_result = {"external_ref": applied.get(it.key, {}).get("charge_id", ""),
-                               "reconciled": True}
+            expected_result = {
+                "external_ref": applied.get(it.key, {}).get("charge_id", ""),
+                "reconciled": True,
+            }
         if charge is None or charge["state"] != expected_state:
-            found.append(f"{name}: charge effect is {charge and charge['state']}, "
-                         f"expected {expected_state}")
+            found.append(
+                f"{name}: charge effect is {charge and charge['state']}, expected {expected_state}"
+            )
         elif charge["result"] != expected_result or content.get("charge") != expected_result:
-            found.append(f"{name}: charge recorded {charge['result']}, returned "
-                         f"{content.get('charge')}, expected {expected_result}")
+            found.append(
+                f"{name}: charge recorded {charge['result']}, returned "
+                f"{content.get('charge')}, expected {expected_result}"
+            )
         found += [f"{name}: {line}" for line in _trail_problems(it, trails[it.task_id], charge)]
     return found
 
@@ -337,19 +395,23 @@ def _kill_problems(it: Iteration) -> list[str]:
     if at.get("effect") != "intended":
         found.append(f"at the kill the effect was {at.get('effect')}, not intended")
     if at.get("task") != "running" or at.get("lease_pid") != it.killed_pid:
-        found.append(f"at the kill the task was {at.get('task')} leased to pid "
-                     f"{at.get('lease_pid')}, not running in pid {it.killed_pid}")
+        found.append(
+            f"at the kill the task was {at.get('task')} leased to pid "
+            f"{at.get('lease_pid')}, not running in pid {it.killed_pid}"
+        )
     if not at.get("pool_process"):
         found.append(f"pid {it.killed_pid} is not a pool process of this test's workers")
     called = 1 if it.scenario.hold == "after" else 0
     if at.get("downstream_calls") != called:
-        found.append(f"at the kill the downstream had {at.get('downstream_calls')} calls, "
-                     f"expected {called}")
+        found.append(
+            f"at the kill the downstream had {at.get('downstream_calls')} calls, expected {called}"
+        )
     return found
 
 
-def _trail_problems(it: Iteration, trail: list[tuple[str, dict[str, Any]]],
-                    charge: dict[str, Any] | None) -> list[str]:
+def _trail_problems(
+    it: Iteration, trail: list[tuple[str, dict[str, Any]]], charge: dict[str, Any] | None
+) -> list[str]:
     actions = [action for action, _ in trail]
     found = []
     if actions.count("task.requeued") != 1:
@@ -372,8 +434,9 @@ def _trail_problems(it: Iteration, trail: list[tuple[str, dict[str, Any]]],
         found.append("a second decision on the same effect was not refused")
     wire = it.wire_while_waiting
     if wire.get("status") != "working" or "operator" not in str(wire.get("statusMessage")):
-        found.append(f"on the wire while waiting: {wire.get('status')} "
-                     f"{wire.get('statusMessage')!r}")
+        found.append(
+            f"on the wire while waiting: {wire.get('status')} {wire.get('statusMessage')!r}"
+        )
     return found
 
 
@@ -385,20 +448,25 @@ def summary(iterations: list[Iteration], wall_s: float) -> str:
         if not its:
             continue
         per_key = sorted({calls.get(it.key, 0) for it in its})
-        line = (f"{scenario.name}: {len(its)} kills; kill -> "
-                f"{scenario.settles_in}: {figures([it.settled_s or 0.0 for it in its])}; "
-                f"downstream calls per key {per_key}")
+        line = (
+            f"{scenario.name}: {len(its)} kills; kill -> "
+            f"{scenario.settles_in}: {figures([it.settled_s or 0.0 for it in its])}; "
+            f"downstream calls per key {per_key}"
+        )
         if not scenario.idempotent:
-            line += (f"; '{scenario.decision}' decision -> completed: "
-                     f"{figures([it.completed_s or 0.0 for it in its])}; second decisions "
-                     f"refused {sum(1 for it in its if it.second_decision_refused)}/{len(its)}")
+            line += (
+                f"; '{scenario.decision}' decision -> completed: "
+                f"{figures([it.completed_s or 0.0 for it in its])}; second decisions "
+                f"refused {sum(1 for it in its if it.second_decision_refused)}/{len(its)}"
+            )
         lines.append(line)
     applications = cloud.applications_per_key()
     keys = [key for it in iterations for key in (it.key, f"{it.task_id}:receipt")]
-    lines.append(f"keys applied exactly once: {sum(1 for k in keys if applications.get(k) == 1)}"
-                 f"/{len(keys)}; wall time {wall_s:.1f} s")
+    lines.append(
+        f"keys applied exactly once: {sum(1 for k in keys if applications.get(k) == 1)}"
+        f"/{len(keys)}; wall time {wall_s:.1f} s"
+    )
     return "\n".join(lines)
-
 
 
 def slowest(iterations: list[Iteration], count: int = 2) -> str:
@@ -408,8 +476,11 @@ def slowest(iterations: list[Iteration], count: int = 2) -> str:
     lines = []
     for it in sorted(iterations, key=lambda it: -(it.settled_s or 0.0))[:count]:
         killed_wall = time.time() - (time.monotonic() - it.killed_at)
-        lines.append(f"{it.task_id} ({it.scenario.name}): settled {it.settled_s or 0.0:.2f} s "
-                     "after its kill")
-        lines += [f"    {at.timestamp() - killed_wall:+.2f} {action} {data.get('attempt', '')}"
-                  for at, action, data in task_timeline(it.task_id)]
+        lines.append(
+            f"{it.task_id} ({it.scenario.name}): settled {it.settled_s or 0.0:.2f} s after its kill"
+        )
+        lines += [
+            f"    {at.timestamp() - killed_wall:+.2f} {action} {data.get('attempt', '')}"
+            for at, action, data in task_timeline(it.task_id)
+        ]
     return "\n".join(lines)

@@ -32,8 +32,7 @@ class MarkedCloud(FakeCloud):
         with self._state() as state:
             marks = state.setdefault("marks", [])
             seen = sum(1 for m in marks if m["key"] == key and m["mark"] == mark)
-            marks.append({"key": key, "mark": mark, "pid": os.getpid(), "at": time.time(),
-                          **data})
+            marks.append({"key": key, "mark": mark, "pid": os.getpid(), "at": time.time(), **data})
         return seen
 
     def charge(self, key: str, *, hold: str = "", hold_s: float = 60.0) -> dict[str, Any]:

@@ -37,8 +37,9 @@ def start(run_jobs: Any, mcp_for: Callable[[str], Any]) -> Callable[..., str]:
     """``start()`` → the id of alice's ``deploy_service`` task, run until it waits for its
     approval (jobs go to the in-process queue, which nothing drains: run_task runs them)."""
 
-    def start_task(tool: str = "deploy_service", arguments: dict[str, Any] | None = None,
-                   owner: str = "alice") -> str:
+    def start_task(
+        tool: str = "deploy_service", arguments: dict[str, Any] | None = None, owner: str = "alice"
+    ) -> str:
         reply = mcp_for(owner).tool(tool, DEPLOY if arguments is None else arguments)
         assert reply.result["resultType"] == "task", reply.body
         task_id: str = reply.result["taskId"]
@@ -54,8 +55,9 @@ def api_for(cast: dict[str, dict[str, Any]]) -> Callable[[str], APIClient]:
 
     def make(name: str) -> APIClient:
         entry = cast[name]
-        _, secret = ApiToken.issue(user=entry["user"], tenant=entry["tenant"],
-                                   name=f"{name} api", scopes=["api"])
+        _, secret = ApiToken.issue(
+            user=entry["user"], tenant=entry["tenant"], name=f"{name} api", scopes=["api"]
+        )
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
         return client
@@ -83,9 +85,10 @@ def answer_url(task_id: str) -> str:
 
 def post_form(client: Client, task_id: str) -> Any:
     """The dashboard's answer form, filled in: accept, approve ticked, a comment."""
-    return client.post(reverse("dashboard:answer", args=[task_id, "approval"]),
-                       {"decision-action": "accept", "content-approve": "on",
-                        "content-comment": "looks good"})
+    return client.post(
+        reverse("dashboard:answer", args=[task_id, "approval"]),
+        {"decision-action": "accept", "content-approve": "on", "content-comment": "looks good"},
+    )
 
 
 def assert_still_waiting(task_id: str, audit_of: AuditOf) -> None:
@@ -97,28 +100,37 @@ def assert_still_waiting(task_id: str, audit_of: AuditOf) -> None:
 def assert_answered(task_id: str, *, by: str, via: str, audit_of: AuditOf) -> None:
     request = approval(task_id)
     assert (request.state, request.answered_by.username, request.answered_via) == (
-        "answered", by, via)
-    assert [(who, data["via"], data["action"]) for _, who, data in
-            audit_of(task_id, "task.input_answered")] == [(by, via, "accept")]
+        "answered",
+        by,
+        via,
+    )
+    assert [
+        (who, data["via"], data["action"])
+        for _, who, data in audit_of(task_id, "task.input_answered")
+    ] == [(by, via, "accept")]
     # The approved rollout runs to the end.
     assert run_task(task_id) == "completed"
     content = Task.objects.get(pk=task_id).result["structuredContent"]
     assert content["environment"] == "production"
     assert [c["kind"] for c in fake_cloud.calls() if c["key"].startswith(task_id)] == [
-        "build", "rollout"]
+        "build",
+        "rollout",
+    ]
 
 
 # ---------------------------------------------------------------- the gate
 def test_production_deploy_waits_for_an_operator_other_than_the_requester(
-        start: Callable[..., str], mcp_for: Callable[[str], Any], users: dict[str, Any]
+    start: Callable[..., str], mcp_for: Callable[[str], Any], users: dict[str, Any]
 ) -> None:
     task_id = start()
     request = approval(task_id)
     assert (request.audience, request.forbid_self_approval, request.state) == (
-        "operator", True, "pending")
+        "operator",
+        True,
+        "pending",
+    )
     assert not access.may_answer(users["alice"], request, request.task)
-    assert access.may_answer(users["alice"], request, request.task).reason == \
-        SELF_APPROVAL_REFUSED
+    assert access.may_answer(users["alice"], request, request.task).reason == SELF_APPROVAL_REFUSED
     assert access.may_answer(users["olga"], request, request.task)
     # On the wire: working, waiting for an operator, nothing for alice to answer.
     wire = mcp_for("alice").call("tasks/get", {"taskId": task_id}).result
@@ -132,18 +144,19 @@ def test_production_deploy_waits_for_an_operator_other_than_the_requester(
 
 # ---------------------------------------------------------------- MCP tasks/update
 def test_alice_cannot_approve_her_deploy_through_tasks_update(
-        start: Callable[..., str], mcp_for: Callable[[str], Any], audit_of: AuditOf) -> None:
+    start: Callable[..., str], mcp_for: Callable[[str], Any], audit_of: AuditOf
+) -> None:
     task_id = start()
     alice = mcp_for("alice")
-    reply = alice.call("tasks/update", {"taskId": task_id,
-                                        "inputResponses": {"approval": APPROVE}})
+    reply = alice.call("tasks/update", {"taskId": task_id, "inputResponses": {"approval": APPROVE}})
     assert reply.result["resultType"] == "complete"  # acknowledged, and ignored
     assert_still_waiting(task_id, audit_of)
     assert "inputRequests" not in alice.call("tasks/get", {"taskId": task_id}).result
 
 
 def test_on_mcp_a_self_approval_gate_is_hidden_from_the_requester_and_answered_by_olga(
-        start: Callable[..., str], mcp_for: Callable[[str], Any], audit_of: AuditOf) -> None:
+    start: Callable[..., str], mcp_for: Callable[[str], Any], audit_of: AuditOf
+) -> None:
     """Audience ``any``: MCP carries it, so separation of duties is all that keeps alice out."""
     task_id = start("any_self_approval_gate", {})
     alice, olga = mcp_for("alice"), mcp_for("olga")
@@ -158,16 +171,17 @@ def test_on_mcp_a_self_approval_gate_is_hidden_from_the_requester_and_answered_b
     assert theirs["status"] == "input_required"
     assert list(theirs["inputRequests"]) == ["approval"]
     olga.call("tasks/update", {"taskId": task_id, "inputResponses": {"approval": ok}})
-    assert [(who, data["via"]) for _, who, data in
-            audit_of(task_id, "task.input_answered")] == [("olga", "mcp")]
+    assert [(who, data["via"]) for _, who, data in audit_of(task_id, "task.input_answered")] == [
+        ("olga", "mcp")
+    ]
     assert run_task(task_id) == "completed"
     assert Task.objects.get(pk=task_id).result["content"][0]["text"] == "approved=True"
 
 
 # ---------------------------------------------------------------- REST API
 def test_alice_cannot_approve_her_deploy_through_the_rest_api(
-        start: Callable[..., str], api_for: Callable[[str], APIClient],
-        audit_of: AuditOf) -> None:
+    start: Callable[..., str], api_for: Callable[[str], APIClient], audit_of: AuditOf
+) -> None:
     task_id = start()
     response = api_for("alice").post(answer_url(task_id), {"response": APPROVE}, format="json")
     assert response.status_code == 403
@@ -176,8 +190,8 @@ def test_alice_cannot_approve_her_deploy_through_the_rest_api(
 
 
 def test_olga_approves_through_the_rest_api(
-        start: Callable[..., str], api_for: Callable[[str], APIClient],
-        audit_of: AuditOf) -> None:
+    start: Callable[..., str], api_for: Callable[[str], APIClient], audit_of: AuditOf
+) -> None:
     task_id = start()
     response = api_for("olga").post(answer_url(task_id), {"response": APPROVE}, format="json")
     assert response.status_code == 200, response.content
@@ -187,8 +201,8 @@ def test_olga_approves_through_the_rest_api(
 
 # ---------------------------------------------------------------- dashboard
 def test_alice_cannot_approve_her_deploy_through_the_dashboard(
-        start: Callable[..., str], dashboard_for: Callable[[str], Client],
-        audit_of: AuditOf) -> None:
+    start: Callable[..., str], dashboard_for: Callable[[str], Client], audit_of: AuditOf
+) -> None:
     task_id = start()
     response = post_form(dashboard_for("alice"), task_id)
     assert response.status_code == 403
@@ -197,8 +211,8 @@ def test_alice_cannot_approve_her_deploy_through_the_dashboard(
 
 
 def test_olga_approves_through_the_dashboard(
-        start: Callable[..., str], dashboard_for: Callable[[str], Client],
-        audit_of: AuditOf) -> None:
+    start: Callable[..., str], dashboard_for: Callable[[str], Client], audit_of: AuditOf
+) -> None:
     task_id = start()
     response = post_form(dashboard_for("olga"), task_id)
     assert response.status_code == 302, response.content
@@ -208,39 +222,53 @@ def test_olga_approves_through_the_dashboard(
 # ---------------------------------------------------------------- named approvers
 def grant(olga: APIClient, task_id: str, *, revoke: bool = False) -> None:
     action = "revoke" if revoke else "grant"
-    response = olga.post(f"/api/v1/tasks/{task_id}/delegations/{action}",
-                         {"user": "adam", "delegation": "answer"}, format="json")
+    response = olga.post(
+        f"/api/v1/tasks/{task_id}/delegations/{action}",
+        {"user": "adam", "delegation": "answer"},
+        format="json",
+    )
     assert response.status_code == 200, response.content
 
 
 def test_adam_approves_once_olga_names_him_approver(
-        start: Callable[..., str], api_for: Callable[[str], APIClient],
-        dashboard_for: Callable[[str], Client], audit_of: AuditOf) -> None:
+    start: Callable[..., str],
+    api_for: Callable[[str], APIClient],
+    dashboard_for: Callable[[str], Client],
+    audit_of: AuditOf,
+) -> None:
     task_id = start()
     adam = dashboard_for("adam")
     assert post_form(adam, task_id).status_code == 404  # not his task: not even visible
     assert_still_waiting(task_id, audit_of)
 
     grant(api_for("olga"), task_id)
-    assert [(who, data["grantee"], data["delegation"]) for _, who, data in
-            audit_of(task_id, "delegation.granted")] == [("olga", "adam", "answer")]
+    assert [
+        (who, data["grantee"], data["delegation"])
+        for _, who, data in audit_of(task_id, "delegation.granted")
+    ] == [("olga", "adam", "answer")]
     assert post_form(adam, task_id).status_code == 302
     assert_answered(task_id, by="adam", via="dashboard", audit_of=audit_of)
 
 
 def test_adam_cannot_approve_once_olga_revokes_it(
-        start: Callable[..., str], api_for: Callable[[str], APIClient],
-        dashboard_for: Callable[[str], Client], users: dict[str, Any],
-        audit_of: AuditOf) -> None:
+    start: Callable[..., str],
+    api_for: Callable[[str], APIClient],
+    dashboard_for: Callable[[str], Client],
+    users: dict[str, Any],
+    audit_of: AuditOf,
+) -> None:
     task_id = start()
     olga = api_for("olga")
     grant(olga, task_id)
     assert access.may_answer(users["adam"], approval(task_id), approval(task_id).task)
     grant(olga, task_id, revoke=True)
-    assert [(action, who, data["grantee"], data["delegation"]) for action, who, data in
-            audit_of(task_id, "delegation.granted", "delegation.revoked")] == [
+    assert [
+        (action, who, data["grantee"], data["delegation"])
+        for action, who, data in audit_of(task_id, "delegation.granted", "delegation.revoked")
+    ] == [
         ("delegation.granted", "olga", "adam", "answer"),
-        ("delegation.revoked", "olga", "adam", "answer")]
+        ("delegation.revoked", "olga", "adam", "answer"),
+    ]
 
     assert post_form(dashboard_for("adam"), task_id).status_code == 404
     response = api_for("adam").post(answer_url(task_id), {"response": APPROVE}, format="json")
@@ -251,17 +279,21 @@ def test_adam_cannot_approve_once_olga_revokes_it(
 
 # ---------------------------------------------------------------- an operator's own deploy
 def test_olga_cannot_approve_her_own_deploy_on_any_channel_but_a_named_approver_can(
-        start: Callable[..., str], mcp_for: Callable[[str], Any],
-        api_for: Callable[[str], APIClient], dashboard_for: Callable[[str], Client],
-        users: dict[str, Any], audit_of: AuditOf) -> None:
+    start: Callable[..., str],
+    mcp_for: Callable[[str], Any],
+    api_for: Callable[[str], APIClient],
+    dashboard_for: Callable[[str], Client],
+    users: dict[str, Any],
+    audit_of: AuditOf,
+) -> None:
     """Separation of duties binds an operator too: her role would let her answer anyone
     else's approval, never her own."""
     task_id = start(owner="olga")
     request = approval(task_id)
-    assert access.may_answer(users["olga"], request, request.task).reason == \
-        SELF_APPROVAL_REFUSED
-    mcp_for("olga").call("tasks/update", {"taskId": task_id,
-                                          "inputResponses": {"approval": APPROVE}})
+    assert access.may_answer(users["olga"], request, request.task).reason == SELF_APPROVAL_REFUSED
+    mcp_for("olga").call(
+        "tasks/update", {"taskId": task_id, "inputResponses": {"approval": APPROVE}}
+    )
     response = api_for("olga").post(answer_url(task_id), {"response": APPROVE}, format="json")
     assert response.status_code == 403
     assert SELF_APPROVAL_REFUSED in response.json()["detail"].lower()

@@ -19,8 +19,9 @@ GO = {"go": {"action": "accept", "content": {"ok": True}}}
 
 
 @pytest.fixture
-def paused_under_old_build(settings: Any, run_jobs: Any, mcp_for: Callable[[str], Any]
-                           ) -> Callable[[str], str]:
+def paused_under_old_build(
+    settings: Any, run_jobs: Any, mcp_for: Callable[[str], Any]
+) -> Callable[[str], str]:
     """``paused(tool)`` → alice's task of ``tool``, created and run under the old build until
     it asks; then the server is upgraded and alice answers (the task is queued again)."""
 
@@ -38,8 +39,9 @@ def paused_under_old_build(settings: Any, run_jobs: Any, mcp_for: Callable[[str]
 
 
 def test_resume_under_another_build_continues_and_is_audited(
-        paused_under_old_build: Callable[[str], str],
-        audit_of: Callable[..., list[tuple[str, str, dict[str, Any]]]]) -> None:
+    paused_under_old_build: Callable[[str], str],
+    audit_of: Callable[..., list[tuple[str, str, dict[str, Any]]]],
+) -> None:
     task_id = paused_under_old_build("resume_across_builds")
     assert audit_of(task_id, "task.binding_changed") == []  # the first run: same build
     assert run_task(task_id) == "completed"
@@ -47,17 +49,19 @@ def test_resume_under_another_build_continues_and_is_audited(
     assert task.result["content"][0]["text"] == "resumed"
     assert task.server_build == OLD_BUILD  # the binding it was created with stays on record
     assert [data["changes"] for _, _, data in audit_of(task_id, "task.binding_changed")] == [
-        {"server_build": [OLD_BUILD, NEW_BUILD]}]
+        {"server_build": [OLD_BUILD, NEW_BUILD]}
+    ]
 
 
 def test_a_tool_that_refuses_another_build_fails_with_a_clear_error(
-        paused_under_old_build: Callable[[str], str], mcp_for: Callable[[str], Any],
-        audit_of: Callable[..., list[tuple[str, str, dict[str, Any]]]]) -> None:
+    paused_under_old_build: Callable[[str], str],
+    mcp_for: Callable[[str], Any],
+    audit_of: Callable[..., list[tuple[str, str, dict[str, Any]]]],
+) -> None:
     task_id = paused_under_old_build("resume_same_build_only")
     assert run_task(task_id) == "failed"
     error = mcp_for("alice").call("tasks/get", {"taskId": task_id}).result["error"]
     assert OLD_BUILD in error["message"]
-    assert "'resume_same_build_only' refuses to resume under a different build" in \
-        error["message"]
+    assert "'resume_same_build_only' refuses to resume under a different build" in error["message"]
     assert audit_of(task_id, "task.binding_changed") == []
     assert [data["state"] for _, _, data in audit_of(task_id, "task.failed")] == ["failed"]

@@ -32,24 +32,27 @@ class WorkerDied(BaseException):
 
 
 @pytest.fixture
-def approved(run_jobs: Any, mcp_for: Callable[[str], Any], users: dict[str, Any]
-             ) -> Callable[[], str]:
+def approved(
+    run_jobs: Any, mcp_for: Callable[[str], Any], users: dict[str, Any]
+) -> Callable[[], str]:
     """alice's production deploy, built and approved by olga, queued for its rollout."""
 
     def make() -> str:
         task_id: str = mcp_for("alice").tool("deploy_service", DEPLOY).result["taskId"]
         assert run_task(task_id) == "awaiting_operator"
         lifecycle.task_answer_input(
-            task_id=task_id, key="approval", via="dashboard",
+            task_id=task_id,
+            key="approval",
+            via="dashboard",
             response={"action": "accept", "content": {"approve": True}},
-            actor=Actor.for_user(users["olga"], kind="operator"))
+            actor=Actor.for_user(users["olga"], kind="operator"),
+        )
         return task_id
 
     return make
 
 
-def die_in_rollout(task_id: str, monkeypatch: pytest.MonkeyPatch, *, after_the_call: bool
-                   ) -> None:
+def die_in_rollout(task_id: str, monkeypatch: pytest.MonkeyPatch, *, after_the_call: bool) -> None:
     """Run the task until its worker dies in the rollout; the reaper requeues it."""
     real_rollout = FakeCloud.rollout
 
@@ -73,8 +76,11 @@ def rollout_calls(task_id: str) -> int:
 
 
 def test_rollout_reconciled_as_applied_completes_with_olgas_reference(
-        approved: Callable[[], str], monkeypatch: pytest.MonkeyPatch, users: dict[str, Any],
-        mcp_for: Callable[[str], Any]) -> None:
+    approved: Callable[[], str],
+    monkeypatch: pytest.MonkeyPatch,
+    users: dict[str, Any],
+    mcp_for: Callable[[str], Any],
+) -> None:
     task_id = approved()
     die_in_rollout(task_id, monkeypatch, after_the_call=True)
     wire = mcp_for("alice").call("tasks/get", {"taskId": task_id}).result
@@ -82,10 +88,13 @@ def test_rollout_reconciled_as_applied_completes_with_olgas_reference(
 
     reference = fake_cloud.applied()[f"{task_id}:rollout"]["rollout_id"]
     effect = Effect.objects.get(task_id=task_id, step="rollout")
-    lifecycle.task_reconcile_effect(effect_id=effect.pk, decision="applied",
-                                    note="the cloud console shows the rollout",
-                                    external_ref=reference,
-                                    actor=Actor.for_user(users["olga"], kind="operator"))
+    lifecycle.task_reconcile_effect(
+        effect_id=effect.pk,
+        decision="applied",
+        note="the cloud console shows the rollout",
+        external_ref=reference,
+        actor=Actor.for_user(users["olga"], kind="operator"),
+    )
     assert run_task(task_id) == "completed"
     content = Task.objects.get(pk=task_id).result["structuredContent"]
     assert (content["environment"], content["rollout"]) == ("production", reference)
@@ -93,15 +102,18 @@ def test_rollout_reconciled_as_applied_completes_with_olgas_reference(
 
 
 def test_rollout_reconciled_as_not_applied_runs_again_once(
-        approved: Callable[[], str], monkeypatch: pytest.MonkeyPatch,
-        users: dict[str, Any]) -> None:
+    approved: Callable[[], str], monkeypatch: pytest.MonkeyPatch, users: dict[str, Any]
+) -> None:
     task_id = approved()
     die_in_rollout(task_id, monkeypatch, after_the_call=False)
     assert rollout_calls(task_id) == 0
     effect = Effect.objects.get(task_id=task_id, step="rollout")
-    lifecycle.task_reconcile_effect(effect_id=effect.pk, decision="not_applied",
-                                    note="no rollout in the cloud console",
-                                    actor=Actor.for_user(users["olga"], kind="operator"))
+    lifecycle.task_reconcile_effect(
+        effect_id=effect.pk,
+        decision="not_applied",
+        note="no rollout in the cloud console",
+        actor=Actor.for_user(users["olga"], kind="operator"),
+    )
     assert run_task(task_id) == "completed"
     content = Task.objects.get(pk=task_id).result["structuredContent"]
     assert content["rollout"] == fake_cloud.applied()[f"{task_id}:rollout"]["rollout_id"]

@@ -31,13 +31,18 @@ def test_seeded_deploy_pauses_for_an_operator_approval(run_jobs: Any) -> None:
     assert deploy.state == "awaiting_operator"
     request = InputRequest.objects.get(task=deploy)
     assert (request.key, request.audience, request.state, request.forbid_self_approval) == (
-        "approval", "operator", "pending", True)
+        "approval",
+        "operator",
+        "pending",
+        True,
+    )
     assert "production" in request.params["message"]
     # The build ran (once) before the gate; the rollout waits behind it.
     assert [c["kind"] for c in fake_cloud.calls() if c["key"].startswith(deploy.pk)] == ["build"]
     # Working on the wire, waiting for an operator; in olga's inbox, not in alice's.
-    shown = wire.detailed_task(deploy, access.answerable_requests(deploy.principal, deploy,
-                                                                  channel="mcp"))
+    shown = wire.detailed_task(
+        deploy, access.answerable_requests(deploy.principal, deploy, channel="mcp")
+    )
     assert shown["status"] == "working" and "operator" in shown["statusMessage"].lower()
     olga = get_user_model().objects.get(username="olga")
     assert request in access.answerable_inputs(olga)
