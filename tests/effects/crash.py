@@ -325,8 +325,8 @@ def problems(iterations: list[Iteration]) -> list[str]:
         row["id"]: row
         for row in Task.objects.filter(pk__in=task_ids).values("id", "state", "result", "error")
     }
-    effects = {
-        (e["task_id"], e["step"]): e
+    effects: dict[tuple[str, str], dict[str, Any]] = {
+        (e["task_id"], e["step"]): dict(e)
         for e in Effect.objects.filter(task_id__in=task_ids).values(
             "task_id", "step", "state", "result", "external_ref", "reconciled_by__username"
         )
