@@ -1013,5 +1013,11 @@ def task_note_binding_change(*, task_id: str, attempt: int, changes: dict[str, A
     """Audit that a task resumed under another server build or tool policy revision."""
     with transaction.atomic():
         _fence(task_id, attempt)
-        task = Task.objects.select_related("tenant").get(pk=task_id)
-        _audit(task, "task.binding_changed", Actor.system("worker"), {"changes": changes})
+        # The task row keeps the binding it was created with; the accepted new binding is
+        # remembered as a step, so later resumes under it do not report the change again.
+        accepted = "binding:" + digest({field: new for field, (_old, new) in changes.items()})
+        _, first_time = TaskStep.objects.get_or_create(
+            task_id=task_id, key=accepted[:200], defaults={"kind": "binding", "value": changes})
+        if first_time:
+            task = Task.objects.select_related("tenant").get(pk=task_id)
+            _audit(task, "task.binding_changed", Actor.system("worker"), {"changes": changes})
