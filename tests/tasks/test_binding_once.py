@@ -22,7 +22,11 @@ def test_binding_change_is_audited_once_across_resumes(make_task, settings):
         tool_name="run_pipeline", arguments={"pipeline": "p", "stages": 3, "stage_seconds": 60}
     )
     settings.MCPTASKS_SERVER_BUILD = "1.0.0+old"
-    Task.objects.filter(pk=task.pk).update(server_build="1.0.0+old")
+    from mcptasks.tools.registry import registry
+
+    Task.objects.filter(pk=task.pk).update(
+        server_build="1.0.0+old", policy_revision=registry.get("run_pipeline").policy_revision
+    )
     assert runner.run_task(task.pk) == TaskState.SLEEPING
     settings.MCPTASKS_SERVER_BUILD = "1.1.0+new"
     for _ in range(2):
