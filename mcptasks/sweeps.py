@@ -106,18 +106,17 @@ def _jobs_waiting() -> int:
 def redeliver_queued(older_than_s: float = 5.0) -> int:
     """Deliver again queued tasks nobody claimed: the broker may have lost the message.
 
-    Only as many as the broker is short of, oldest first: while workers drain a backlog, re-
-    sending every waiting task on every sweep would flood the queue with duplicates.
+    As many as the broker is short of, oldest first: while workers drain a backlog, re-sending
+    every waiting task on every sweep would flood the queue with duplicates. And at least the
+    oldest, since the jobs waiting may be sweeps or wake-ups rather than runs of queued tasks.
     """
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
     queued = Task.objects.filter(state=TaskState.QUEUED)
     missing = queued.count() - _jobs_waiting()
-    if missing <= 0:
-        return 0
     ids = list(
         queued.filter(updated_at__lt=cutoff)
         .order_by("updated_at")
-        .values_list("pk", flat=True)[: min(BATCH, missing)]
+        .values_list("pk", flat=True)[: min(BATCH, max(missing, 1))]
     )
     for task_id in ids:
         events.dispatch_job("run_task", {"task_id": task_id})
