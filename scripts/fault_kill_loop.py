@@ -32,10 +32,16 @@ BROKER_DB = 15
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=100)
-    parser.add_argument("--server", default="postgres://postgres@127.0.0.1:5432/postgres",
-                        help="a PostgreSQL URL to create the run's database from")
-    parser.add_argument("--redis", default="redis://127.0.0.1:6379",
-                        help=f"the Redis server (database {BROKER_DB} is flushed and used)")
+    parser.add_argument(
+        "--server",
+        default="postgres://postgres@127.0.0.1:5432/postgres",
+        help="a PostgreSQL URL to create the run's database from",
+    )
+    parser.add_argument(
+        "--redis",
+        default="redis://127.0.0.1:6379",
+        help=f"the Redis server (database {BROKER_DB} is flushed and used)",
+    )
     parser.add_argument("--seed", default="5")
     parser.add_argument("--keep", action="store_true", help="keep the database and the logs")
     return parser.parse_args()
@@ -46,19 +52,21 @@ def configure(args: argparse.Namespace, database: str, workdir: Path) -> str:
     server = urlparse(args.server)
     database_url = server._replace(path=f"/{database}").geturl()
     broker = f"{args.redis.rstrip('/')}/{BROKER_DB}"
-    os.environ.update({
-        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-        "DATABASE_URL": database_url,
-        "REDIS_URL": broker,
-        "CHANNEL_REDIS_URL": broker,
-        "SECRET_KEY": os.environ.get("SECRET_KEY") or "fault-loop-secret-key",
-        "MCPTASKS_REQUEST_STATE_KEY": os.environ.get("MCPTASKS_REQUEST_STATE_KEY") or "x",
-        "MCPTASKS_AUDIT_SIGNING_KEY": os.environ.get("MCPTASKS_AUDIT_SIGNING_KEY") or "x",
-        "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
-        "MCPTASKS_VAR_DIR": str(workdir / "var"),
-        "MCPTASKS_LEASE_S": "3",
-        "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
-    })
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+            "DATABASE_URL": database_url,
+            "REDIS_URL": broker,
+            "CHANNEL_REDIS_URL": broker,
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or "fault-loop-secret-key",
+            "MCPTASKS_REQUEST_STATE_KEY": os.environ.get("MCPTASKS_REQUEST_STATE_KEY") or "x",
+            "MCPTASKS_AUDIT_SIGNING_KEY": os.environ.get("MCPTASKS_AUDIT_SIGNING_KEY") or "x",
+            "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
+            "MCPTASKS_VAR_DIR": str(workdir / "var"),
+            "MCPTASKS_LEASE_S": "3",
+            "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
+        }
+    )
     return database_url
 
 
@@ -97,9 +105,12 @@ def main() -> int:
         downstream.install(conn)
         harness.flush_redis(os.environ["REDIS_URL"])
         cluster = harness.Cluster(
-            database_url=database_url, broker_url=os.environ["REDIS_URL"],
-            channel_url=os.environ["CHANNEL_REDIS_URL"], workdir=workdir,
-            tool_packs=os.environ["MCPTASKS_TOOL_PACKS"].split(","))
+            database_url=database_url,
+            broker_url=os.environ["REDIS_URL"],
+            channel_url=os.environ["CHANNEL_REDIS_URL"],
+            workdir=workdir,
+            tool_packs=os.environ["MCPTASKS_TOOL_PACKS"].split(","),
+        )
         cluster.start_workers("A", "B")
         cluster.start_beat()
         tasks = harness.FaultTasks(cast)
@@ -119,18 +130,18 @@ def main() -> int:
                 continue
             records.append(record)
             if len(records) % 10 == 0:
-                print(f"{len(records)} kills, last settled in {record.settle_s:.2f} s",
-                      flush=True)
+                print(f"{len(records)} kills, last settled in {record.settle_s:.2f} s", flush=True)
         kill_loop.count_calls(conn, records)
         task_ids = [r.task_id for r in records]
-        problems = checks.outcome_problems(task_ids, conn, steps=kill_loop.STEPS,
-                                           sleeps=True)
+        problems = checks.outcome_problems(task_ids, conn, steps=kill_loop.STEPS, sleeps=True)
         gaps = checks.audit_gaps()
         stale = sum(cluster.stale_warnings().values())
         print(kill_loop.summary(records, missed, stale, time.monotonic() - started))
         print(f"iterations that failed a bound: {failures}")
-        print(f"tasks with a lost or inconsistent step outcome: "
-              f"{len({p.split(':')[0] for p in problems})}")
+        print(
+            f"tasks with a lost or inconsistent step outcome: "
+            f"{len({p.split(':')[0] for p in problems})}"
+        )
         print(f"audit chain problems (gaps, broken links): {len(gaps)}")
         for line in [*problems, *gaps][:20]:
             print(f"  {line}")
@@ -147,8 +158,10 @@ def main() -> int:
         if args.keep:
             print(f"kept database {database} and logs in {workdir}")
         else:
-            admin(args, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(database)))
+            admin(
+                args,
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database)),
+            )
 
 
 if __name__ == "__main__":

@@ -10,9 +10,22 @@ from typing import Any
 def task_rows(task_ids: list[str]) -> dict[str, dict[str, Any]]:
     from mcptasks.models import Task
 
-    return {row["id"]: dict(row) for row in Task.objects.filter(pk__in=task_ids).values(
-        "id", "state", "attempt", "version", "result", "error", "lease_owner",
-        "lease_expires_at", "cancel_requested_at", "wake_at", "updated_at")}
+    return {
+        row["id"]: dict(row)
+        for row in Task.objects.filter(pk__in=task_ids).values(
+            "id",
+            "state",
+            "attempt",
+            "version",
+            "result",
+            "error",
+            "lease_owner",
+            "lease_expires_at",
+            "cancel_requested_at",
+            "wake_at",
+            "updated_at",
+        )
+    }
 
 
 def states(task_ids: list[str]) -> dict[str, str]:
@@ -54,11 +67,18 @@ def audit_gaps() -> list[str]:
             if event.prev_hash != previous:
                 problems.append(f"{chain}#{event.seq}: prev_hash does not link")
             body = event_body(
-                chain=event.chain, seq=event.seq, created_at=event.created_at.isoformat(),
-                tenant_id=event.tenant_id, actor_kind=event.actor_kind,
-                actor_id=event.actor_id, actor_display=event.actor_display,
-                action=event.action, task_id=event.task_id, data=event.data,
-                request_id=event.request_id)
+                chain=event.chain,
+                seq=event.seq,
+                created_at=event.created_at.isoformat(),
+                tenant_id=event.tenant_id,
+                actor_kind=event.actor_kind,
+                actor_id=event.actor_id,
+                actor_display=event.actor_display,
+                action=event.action,
+                task_id=event.task_id,
+                data=event.data,
+                request_id=event.request_id,
+            )
             if link_hash(event.prev_hash, body) != event.hash:
                 problems.append(f"{chain}#{event.seq}: hash does not match its content")
             previous = event.hash
@@ -72,9 +92,11 @@ def task_audit(task_ids: list[str]) -> dict[str, list[tuple[str, dict[str, Any]]
     from audit.models import AuditEvent
 
     trail: dict[str, list[tuple[str, dict[str, Any]]]] = {task_id: [] for task_id in task_ids}
-    for task_id, action, data in (AuditEvent.objects.filter(task_id__in=task_ids)
-                                  .order_by("chain", "seq")
-                                  .values_list("task_id", "action", "data")):
+    for task_id, action, data in (
+        AuditEvent.objects.filter(task_id__in=task_ids)
+        .order_by("chain", "seq")
+        .values_list("task_id", "action", "data")
+    ):
         trail[task_id].append((action, data))
     return trail
 
@@ -82,12 +104,16 @@ def task_audit(task_ids: list[str]) -> dict[str, list[tuple[str, dict[str, Any]]
 def task_timeline(task_id: str) -> list[tuple[Any, str, dict[str, Any]]]:
     from audit.models import AuditEvent
 
-    return list(AuditEvent.objects.filter(task_id=task_id).order_by("seq")
-                .values_list("created_at", "action", "data"))
+    return list(
+        AuditEvent.objects.filter(task_id=task_id)
+        .order_by("seq")
+        .values_list("created_at", "action", "data")
+    )
 
 
-def attempt_problems(task_id: str, row: dict[str, Any],
-                     trail: list[tuple[str, dict[str, Any]]]) -> list[str]:
+def attempt_problems(
+    task_id: str, row: dict[str, Any], trail: list[tuple[str, dict[str, Any]]]
+) -> list[str]:
     """Each claim audited once, attempts 1..n in order, n the row's attempt."""
     attempts = [data.get("attempt") for action, data in trail if action == "task.started"]
     if attempts != list(range(1, len(attempts) + 1)) or attempts[-1:] != [row["attempt"]]:
@@ -95,8 +121,7 @@ def attempt_problems(task_id: str, row: dict[str, Any],
     return []
 
 
-def outcome_problems(task_ids: list[str], conn: Any, *, steps: int,
-                     sleeps: bool) -> list[str]:
+def outcome_problems(task_ids: list[str], conn: Any, *, steps: int, sleeps: bool) -> list[str]:
     """Every completed ``fault_steps`` task kept each step's recorded outcome.
 
     The effects are applied with the downstream's result for their key, the task's result
@@ -109,10 +134,16 @@ def outcome_problems(task_ids: list[str], conn: Any, *, steps: int,
     rows = task_rows(task_ids)
     applied = downstream.applied(conn, task_ids)
     calls = downstream.calls_per_key(conn, task_ids)
-    effects = {(e["task_id"], e["step"]): e for e in Effect.objects.filter(
-        task_id__in=task_ids).values("task_id", "step", "state", "result")}
-    recorded = {(s["task_id"], s["key"]): s["value"] for s in TaskStep.objects.filter(
-        task_id__in=task_ids).values("task_id", "key", "value")}
+    effects = {
+        (e["task_id"], e["step"]): e
+        for e in Effect.objects.filter(task_id__in=task_ids).values(
+            "task_id", "step", "state", "result"
+        )
+    }
+    recorded = {
+        (s["task_id"], s["key"]): s["value"]
+        for s in TaskStep.objects.filter(task_id__in=task_ids).values("task_id", "key", "value")
+    }
     trails = task_audit(task_ids)
     for task_id in task_ids:
         row = rows.get(task_id)
@@ -126,8 +157,7 @@ def outcome_problems(task_ids: list[str], conn: Any, *, steps: int,
         token = recorded.get((task_id, "uuid#1"))
         if content.get("token") != token or token is None:
             problems.append(f"{task_id}: result token {content.get('token')} != step {token}")
-        expected_keys = ["uuid#1", "now#1"] + [f"pause-{n}" for n in range(1, steps)
-                                                if sleeps]
+        expected_keys = ["uuid#1", "now#1"] + [f"pause-{n}" for n in range(1, steps) if sleeps]
         for key in expected_keys:
             if (task_id, key) not in recorded:
                 problems.append(f"{task_id}: recorded step {key} lost")
@@ -144,13 +174,17 @@ def outcome_problems(task_ids: list[str], conn: Any, *, steps: int,
             if effect is None or effect["state"] != EffectState.APPLIED:
                 problems.append(f"{task_id}: {step} effect is {effect and effect['state']}")
             elif effect["result"] != truth:
-                problems.append(f"{task_id}: {step} recorded {effect['result']} but the "
-                                f"downstream applied {truth}")
+                problems.append(
+                    f"{task_id}: {step} recorded {effect['result']} but the "
+                    f"downstream applied {truth}"
+                )
             if content["steps"][number - 1] != truth:
                 problems.append(f"{task_id}: {step} result differs from the downstream's")
             if truth["payload"].get("token") != token:
-                problems.append(f"{task_id}: {step} applied with token "
-                                f"{truth['payload'].get('token')}, recorded {token}")
+                problems.append(
+                    f"{task_id}: {step} applied with token "
+                    f"{truth['payload'].get('token')}, recorded {token}"
+                )
         trail = trails[task_id]
         problems += attempt_problems(task_id, row, trail)
         if [a for a, _ in trail].count("task.completed") != 1 or trail[-1][0] != "task.completed":
@@ -174,9 +208,31 @@ def orphaned_leases(grace_s: float) -> list[str]:
 
     from mcptasks.models import Task
 
-    return list(Task.objects.filter(
-        state="running", lease_expires_at__lt=Now() - timedelta(seconds=grace_s))
-        .values_list("pk", flat=True))
+    return list(
+        Task.objects.filter(
+            state="running", lease_expires_at__lt=Now() - timedelta(seconds=grace_s)
+        ).values_list("pk", flat=True)
+    )
+
+
+def diagnosis(task_id: str, since: float) -> str:
+    """The task's row and audit trail (seconds from ``since``), for a failure message."""
+    row = task_rows([task_id]).get(task_id, {})
+    lines = [
+        f"    row: { ({k: row.get(k) for k in ('state', 'attempt', 'lease_owner')}) } "
+        f"lease expires {_offset(row.get('lease_expires_at'), since)}, updated "
+        f"{_offset(row.get('updated_at'), since)}, database clock "
+        f"{_offset(db_now(), since)}"
+    ]
+    lines += [
+        f"    {at.timestamp() - since:+.2f} {action} {data.get('attempt', '')}"
+        for at, action, data in task_timeline(task_id)
+    ]
+    return "\n".join(lines)
+
+
+def _offset(moment: Any, since: float) -> str:
+    return "-" if moment is None else f"{moment.timestamp() - since:+.2f}"
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -189,14 +245,21 @@ def percentile(values: list[float], fraction: float) -> float:
 def figures(values: list[float]) -> str:
     if not values:
         return "n=0"
-    return (f"n={len(values)} min={min(values):.2f} median={percentile(values, 0.5):.2f} "
-            f"p95={percentile(values, 0.95):.2f} max={max(values):.2f} s")
+    return (
+        f"n={len(values)} min={min(values):.2f} median={percentile(values, 0.5):.2f} "
+        f"p95={percentile(values, 0.95):.2f} max={max(values):.2f} s"
+    )
 
 
 # ---------------------------------------------------------------- who wrote what
 WRITE_LOG = "fault_write_log"
-LOGGED_TABLES = ("mcptasks_task", "mcptasks_taskstep", "mcptasks_effect",
-                 "mcptasks_inputrequest", "audit_auditevent")
+LOGGED_TABLES = (
+    "mcptasks_task",
+    "mcptasks_taskstep",
+    "mcptasks_effect",
+    "mcptasks_inputrequest",
+    "audit_auditevent",
+)
 
 
 def install_write_log(conn: Any) -> None:
@@ -220,8 +283,10 @@ def install_write_log(conn: Any) -> None:
         END $$ LANGUAGE plpgsql""")
     for table in LOGGED_TABLES:
         conn.execute(f"DROP TRIGGER IF EXISTS fault_log_write ON {table}")
-        conn.execute(f"CREATE TRIGGER fault_log_write AFTER INSERT OR UPDATE ON {table} "
-                     "FOR EACH ROW EXECUTE FUNCTION fault_log_write()")
+        conn.execute(
+            f"CREATE TRIGGER fault_log_write AFTER INSERT OR UPDATE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION fault_log_write()"
+        )
 
 
 def remove_write_log(conn: Any) -> None:
@@ -233,6 +298,9 @@ def remove_write_log(conn: Any) -> None:
 
 def backends_of(conn: Any, app_name: str) -> list[int]:
     """The PostgreSQL backends of one worker's connections to the current database."""
-    rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                        "AND application_name = %s", (app_name,)).fetchall()
+    rows = conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = %s",
+        (app_name,),
+    ).fetchall()
     return [pid for (pid,) in rows]

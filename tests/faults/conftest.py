@@ -61,8 +61,11 @@ class ClusterFactory:
 
         cluster = harness.Cluster(
             database_url=harness.database_url(connection.settings_dict),
-            broker_url=broker_url, channel_url=channel_url, workdir=self.workdir,
-            tool_packs=list(settings.MCPTASKS_TOOL_PACKS))
+            broker_url=broker_url,
+            channel_url=channel_url,
+            workdir=self.workdir,
+            tool_packs=list(settings.MCPTASKS_TOOL_PACKS),
+        )
         self.clusters.append(cluster)
         return cluster
 
@@ -72,8 +75,9 @@ class ClusterFactory:
 
 
 @pytest.fixture
-def make_cluster(transactional_db: None, fault_settings: Any, fault_db: Any,
-                 workdir: Path) -> Iterator[ClusterFactory]:
+def make_cluster(
+    transactional_db: None, fault_settings: Any, fault_db: Any, workdir: Path
+) -> Iterator[ClusterFactory]:
     """Workers and beat of this test, all ended (by pid) before the test database is flushed."""
     factory = ClusterFactory(workdir)
     yield factory
@@ -96,8 +100,7 @@ def shared_broker() -> Iterator[tuple[str, str]]:
 
 
 @pytest.fixture
-def cluster(make_cluster: ClusterFactory,
-            shared_broker: tuple[str, str]) -> harness.Cluster:
+def cluster(make_cluster: ClusterFactory, shared_broker: tuple[str, str]) -> harness.Cluster:
     return make_cluster(*shared_broker)
 
 
@@ -119,8 +122,9 @@ def fault_tasks(cast: dict[str, dict[str, Any]]) -> harness.FaultTasks:
 
 
 @pytest.fixture
-def write_log(fault_db: psycopg.Connection[Any],
-              make_cluster: ClusterFactory) -> Iterator[psycopg.Connection[Any]]:
+def write_log(
+    fault_db: psycopg.Connection[Any], make_cluster: ClusterFactory
+) -> Iterator[psycopg.Connection[Any]]:
     """Triggers that log every accepted write to the task tables with its backend pid (removed
     once the workers are gone: a stopped worker may hold a lock the DROP would wait for)."""
     checks.install_write_log(fault_db)

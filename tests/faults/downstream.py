@@ -43,9 +43,13 @@ def conninfo(settings_dict: dict[str, Any] | None = None) -> str:
         from django.db import connection
 
         settings_dict = connection.settings_dict
-    parts = {"dbname": settings_dict["NAME"], "user": settings_dict.get("USER") or "",
-             "host": settings_dict.get("HOST") or "", "port": settings_dict.get("PORT") or "",
-             "password": settings_dict.get("PASSWORD") or ""}
+    parts = {
+        "dbname": settings_dict["NAME"],
+        "user": settings_dict.get("USER") or "",
+        "host": settings_dict.get("HOST") or "",
+        "port": settings_dict.get("PORT") or "",
+        "password": settings_dict.get("PASSWORD") or "",
+    }
     return psycopg.conninfo.make_conninfo(**{k: str(v) for k, v in parts.items() if v})
 
 
@@ -73,14 +77,22 @@ def call(key: str, *, payload: dict[str, Any], work_s: float, attempt: int) -> d
     """
     task_id, _, step = key.rpartition(":")
     conn = _connection()
-    conn.execute(f"INSERT INTO {CALLS} (key, task_id, step, attempt, pid) "
-                 "VALUES (%s, %s, %s, %s, %s)", (key, task_id, step, attempt, os.getpid()))
+    conn.execute(
+        f"INSERT INTO {CALLS} (key, task_id, step, attempt, pid) VALUES (%s, %s, %s, %s, %s)",
+        (key, task_id, step, attempt, os.getpid()),
+    )
     time.sleep(work_s / 2)
-    result = {"applied_id": uuid.uuid4().hex, "payload": payload, "attempt": attempt,
-              "pid": os.getpid()}
-    conn.execute(f"INSERT INTO {APPLIED} (key, task_id, step, payload, result, attempt, pid) "
-                 "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING",
-                 (key, task_id, step, Jsonb(payload), Jsonb(result), attempt, os.getpid()))
+    result = {
+        "applied_id": uuid.uuid4().hex,
+        "payload": payload,
+        "attempt": attempt,
+        "pid": os.getpid(),
+    }
+    conn.execute(
+        f"INSERT INTO {APPLIED} (key, task_id, step, payload, result, attempt, pid) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s) ON CONFLICT (key) DO NOTHING",
+        (key, task_id, step, Jsonb(payload), Jsonb(result), attempt, os.getpid()),
+    )
     row = conn.execute(f"SELECT result FROM {APPLIED} WHERE key = %s", (key,)).fetchone()
     time.sleep(work_s / 2)
     assert row is not None
@@ -95,12 +107,14 @@ def install(conn: psycopg.Connection[Any]) -> None:
 
 
 def calls_per_key(conn: psycopg.Connection[Any], task_ids: list[str]) -> dict[str, int]:
-    rows = conn.execute(f"SELECT key, count(*) FROM {CALLS} WHERE task_id = ANY(%s) GROUP BY key",
-                        (task_ids,)).fetchall()
+    rows = conn.execute(
+        f"SELECT key, count(*) FROM {CALLS} WHERE task_id = ANY(%s) GROUP BY key", (task_ids,)
+    ).fetchall()
     return dict(rows)
 
 
 def applied(conn: psycopg.Connection[Any], task_ids: list[str]) -> dict[str, dict[str, Any]]:
-    rows = conn.execute(f"SELECT key, result FROM {APPLIED} WHERE task_id = ANY(%s)",
-                        (task_ids,)).fetchall()
+    rows = conn.execute(
+        f"SELECT key, result FROM {APPLIED} WHERE task_id = ANY(%s)", (task_ids,)
+    ).fetchall()
     return dict(rows)

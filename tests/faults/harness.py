@@ -35,8 +35,7 @@ TOOL = "fault_steps"
 
 
 # ---------------------------------------------------------------- waiting
-def wait_for[T](predicate: Callable[[], T], timeout: float, what: str,
-                interval: float = 0.05) -> T:
+def wait_for[T](predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
     """Poll ``predicate`` until it returns something truthy; return it or fail naming ``what``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -60,7 +59,7 @@ def _children(pid: int) -> list[int]:
         except OSError:
             continue
         # The command name sits in parentheses and may contain spaces: split after it.
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 1 and int(fields[1]) == pid:
             found.append(int(entry.name))
     return found
@@ -157,12 +156,25 @@ class PrivateRedis:
     def start(self) -> None:
         self.incarnation += 1
         log_path = self.workdir / f"redis-{self.incarnation}.log"
-        command = [_redis_server(), "--port", str(self.port), "--bind", "127.0.0.1",
-                   "--save", "", "--appendonly", "no", "--daemonize", "no",
-                   "--dir", str(self.workdir)]
+        command = [
+            _redis_server(),
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.workdir),
+        ]
         with open(log_path, "wb") as log:
-            popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+            popen = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         self.proc = Proc(f"redis-{self.incarnation}", popen, log_path)
         wait_for(self.ping, 20, f"the private redis on port {self.port}")
 
@@ -202,26 +214,31 @@ class Cluster:
     tag: str = field(default_factory=lambda: str(os.getpid()))
 
     def env(self, app_name: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("CELERY_", "PYTEST", "MCPTASKS_REQUIRE"))}
-        env.update({
-            "DATABASE_URL": self.database_url,
-            "DATABASE_POOL_MAX": "4",
-            "REDIS_URL": self.broker_url,
-            "CHANNEL_REDIS_URL": self.channel_url,
-            "SECRET_KEY": os.environ.get("SECRET_KEY") or "fault-tests-secret-key",
-            "MCPTASKS_REQUEST_STATE_KEY": os.environ.get("MCPTASKS_REQUEST_STATE_KEY") or "x",
-            "MCPTASKS_AUDIT_SIGNING_KEY": os.environ.get("MCPTASKS_AUDIT_SIGNING_KEY") or "x",
-            "MCPTASKS_LEASE_S": str(self.lease_s),
-            "MCPTASKS_SWEEP_INTERVAL_S": str(self.sweep_s),
-            "MCPTASKS_TOOL_PACKS": ",".join(self.tool_packs),
-            "MCPTASKS_VAR_DIR": str(self.workdir / "var"),
-            "PGAPPNAME": app_name,
-            "PYTHONPATH": str(REPO),
-            "PYTHONUNBUFFERED": "1",
-            "LOG_LEVEL": "INFO",
-            **self.extra_env,
-        })
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("CELERY_", "PYTEST", "MCPTASKS_REQUIRE"))
+        }
+        env.update(
+            {
+                "DATABASE_URL": self.database_url,
+                "DATABASE_POOL_MAX": "4",
+                "REDIS_URL": self.broker_url,
+                "CHANNEL_REDIS_URL": self.channel_url,
+                "SECRET_KEY": os.environ.get("SECRET_KEY") or "fault-tests-secret-key",
+                "MCPTASKS_REQUEST_STATE_KEY": os.environ.get("MCPTASKS_REQUEST_STATE_KEY") or "x",
+                "MCPTASKS_AUDIT_SIGNING_KEY": os.environ.get("MCPTASKS_AUDIT_SIGNING_KEY") or "x",
+                "MCPTASKS_LEASE_S": str(self.lease_s),
+                "MCPTASKS_SWEEP_INTERVAL_S": str(self.sweep_s),
+                "MCPTASKS_TOOL_PACKS": ",".join(self.tool_packs),
+                "MCPTASKS_VAR_DIR": str(self.workdir / "var"),
+                "PGAPPNAME": app_name,
+                "PYTHONPATH": str(REPO),
+                "PYTHONUNBUFFERED": "1",
+                "LOG_LEVEL": "INFO",
+                **self.extra_env,
+            }
+        )
         return env
 
     def _spawn(self, name: str, args: list[str]) -> Proc:
@@ -229,19 +246,35 @@ class Cluster:
         log_path = self.workdir / f"{name}-{number}.log"
         with open(log_path, "wb") as log:
             popen = subprocess.Popen(
-                [str(BIN / "celery"), "-A", "mcptasks", *args], cwd=REPO,
-                env=self.env(f"{WORKER_APP_PREFIX}{name}"), stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [str(BIN / "celery"), "-A", "mcptasks", *args],
+                cwd=REPO,
+                env=self.env(f"{WORKER_APP_PREFIX}{name}"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         proc = Proc(f"{name}#{number}", popen, log_path)
         self.procs.append(proc)
         return proc
 
-    def start_worker(self, name: str, *, pool: str = "prefork", concurrency: int = 1,
-                     wait: bool = True) -> Proc:
-        proc = self._spawn(name, [
-            "worker", f"--pool={pool}", "-c", str(concurrency),
-            f"--hostname={name}-{self.tag}@fault", "--without-gossip", "--without-mingle",
-            "--without-heartbeat", "-l", "INFO"])
+    def start_worker(
+        self, name: str, *, pool: str = "prefork", concurrency: int = 1, wait: bool = True
+    ) -> Proc:
+        proc = self._spawn(
+            name,
+            [
+                "worker",
+                f"--pool={pool}",
+                "-c",
+                str(concurrency),
+                f"--hostname={name}-{self.tag}@fault",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+                "-l",
+                "INFO",
+            ],
+        )
         if wait:
             proc.wait_log(r" ready\.")
         return proc
@@ -254,9 +287,18 @@ class Cluster:
         return procs
 
     def start_beat(self) -> Proc:
-        proc = self._spawn("beat", [
-            "beat", "-s", str(self.workdir / "beat-schedule"),
-            "--pidfile", str(self.workdir / "beat.pid"), "-l", "INFO"])
+        proc = self._spawn(
+            "beat",
+            [
+                "beat",
+                "-s",
+                str(self.workdir / "beat-schedule"),
+                "--pidfile",
+                str(self.workdir / "beat.pid"),
+                "-l",
+                "INFO",
+            ],
+        )
         proc.wait_log(r"beat: Starting")
         return proc
 
@@ -325,9 +367,14 @@ class FaultTasks:
         entry = self.cast[owner]
         task, _ = lifecycle.task_create(
             spec=lifecycle.NewTask(
-                tenant_id=entry["tenant"].pk, principal_id=entry["user"].pk, tool_name=TOOL,
-                arguments=arguments, policy_revision=self.tool_def.policy_revision,
+                tenant_id=entry["tenant"].pk,
+                principal_id=entry["user"].pk,
+                tool_name=TOOL,
+                arguments=arguments,
+                policy_revision=self.tool_def.policy_revision,
                 ttl_ms=self.tool_def.ttl_ms,
-                client_capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}}),
-            actor=Actor.for_user(entry["user"], kind="principal"))
+                client_capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}},
+            ),
+            actor=Actor.for_user(entry["user"], kind="principal"),
+        )
         return task.pk

@@ -36,14 +36,16 @@ class KillRecord:
     timeline: list[str]  # the task's audit events, seconds from the kill
 
 
-def run_iteration(cluster: Cluster, tasks: FaultTasks,
-                  rng: random.Random) -> KillRecord | None:
+def run_iteration(cluster: Cluster, tasks: FaultTasks, rng: random.Random) -> KillRecord | None:
     """Kill the worker of one new task at a random moment; None if the task finished first."""
     from mcptasks.models import Task
 
     task_id = tasks.create(**TOOL_ARGUMENTS)
-    wait_for(lambda: checks.states([task_id]).get(task_id) != "queued", 60,
-             f"task {task_id} to be claimed")
+    wait_for(
+        lambda: checks.states([task_id]).get(task_id) != "queued",
+        60,
+        f"task {task_id} to be claimed",
+    )
     delay = rng.uniform(0, KILL_WINDOW_S)
     time.sleep(delay)
 
@@ -70,9 +72,17 @@ def run_iteration(cluster: Cluster, tasks: FaultTasks,
     killed_at = time.monotonic()
     killed_wall = time.time()
     try:
-        wait_for(lambda: checks.all_terminal([task_id]), SETTLE_S,
-                 f"task {task_id} to end within lease + sweep + 10 s of the kill",
-                 interval=0.05)
+        wait_for(
+            lambda: checks.all_terminal([task_id]),
+            SETTLE_S,
+            f"task {task_id} to end within lease + sweep + 10 s of the kill",
+            interval=0.05,
+        )
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc} ({mode} kill at {delay:.2f} s, {state}):\n"
+            + checks.diagnosis(task_id, killed_wall)
+        ) from None
     finally:
         settle = time.monotonic() - killed_at
         if mode == "worker":
@@ -82,13 +92,21 @@ def run_iteration(cluster: Cluster, tasks: FaultTasks,
             cluster.start_worker(worker.name.split("#")[0])
     row = checks.task_rows([task_id])[task_id]
     trail = checks.task_audit([task_id])[task_id]
-    timeline = [f"{at.timestamp() - killed_wall:+.2f} {action} {data.get('attempt', '')}"
-                for at, action, data in checks.task_timeline(task_id)]
+    timeline = [
+        f"{at.timestamp() - killed_wall:+.2f} {action} {data.get('attempt', '')}"
+        for at, action, data in checks.task_timeline(task_id)
+    ]
     return KillRecord(
-        task_id=task_id, mode=mode, delay_s=delay, state_at_kill=state, settle_s=settle,
-        attempts=row["attempt"], downstream_calls=0,
+        task_id=task_id,
+        mode=mode,
+        delay_s=delay,
+        state_at_kill=state,
+        settle_s=settle,
+        attempts=row["attempt"],
+        downstream_calls=0,
         requeues=sum(1 for action, _ in trail if action == "task.requeued"),
-        timeline=timeline)
+        timeline=timeline,
+    )
 
 
 def count_calls(conn: Any, records: list[KillRecord]) -> None:
@@ -96,8 +114,9 @@ def count_calls(conn: Any, records: list[KillRecord]) -> None:
 
     calls = downstream.calls_per_key(conn, [r.task_id for r in records])
     for record in records:
-        record.downstream_calls = sum(n for key, n in calls.items()
-                                      if key.startswith(record.task_id + ":"))
+        record.downstream_calls = sum(
+            n for key, n in calls.items() if key.startswith(record.task_id + ":")
+        )
 
 
 def summary(records: list[KillRecord], missed: int, stale: int, wall_s: float) -> str:
@@ -108,23 +127,27 @@ def summary(records: list[KillRecord], missed: int, stale: int, wall_s: float) -
     attempts: dict[int, int] = {}
     for r in records:
         attempts[r.attempts] = attempts.get(r.attempts, 0) + 1
-    return "\n".join([
-        f"kills: {len(records)} ({modes['child']} pool child, {modes['worker']} whole worker); "
-        f"{missed} tasks finished before their kill moment",
-        f"kills that cost a running attempt (lease reaped): {hit}",
-        f"kill -> terminal: {checks.figures([r.settle_s for r in records])} "
-        f"(bound {SETTLE_S:.1f} s)",
-        f"claims per task: {dict(sorted(attempts.items()))} (5 without a kill)",
-        f"downstream calls beyond one per step (idempotent re-runs): {reruns}",
-        f"stale-attempt writes refused (log lines): {stale}",
-        f"wall time: {wall_s:.1f} s",
-    ])
+    return "\n".join(
+        [
+            f"kills: {len(records)} ({modes['child']} pool child, {modes['worker']} whole worker); "
+            f"{missed} tasks finished before their kill moment",
+            f"kills that cost a running attempt (lease reaped): {hit}",
+            f"kill -> terminal: {checks.figures([r.settle_s for r in records])} "
+            f"(bound {SETTLE_S:.1f} s)",
+            f"claims per task: {dict(sorted(attempts.items()))} (5 without a kill)",
+            f"downstream calls beyond one per step (idempotent re-runs): {reruns}",
+            f"stale-attempt writes refused (log lines): {stale}",
+            f"wall time: {wall_s:.1f} s",
+        ]
+    )
 
 
 def slowest(records: list[KillRecord], count: int = 3) -> str:
     lines = []
     for record in sorted(records, key=lambda r: -r.settle_s)[:count]:
-        lines.append(f"{record.task_id} {record.mode} kill at {record.delay_s:.2f} s "
-                     f"({record.state_at_kill}), terminal after {record.settle_s:.2f} s:")
+        lines.append(
+            f"{record.task_id} {record.mode} kill at {record.delay_s:.2f} s "
+            f"({record.state_at_kill}), terminal after {record.settle_s:.2f} s:"
+        )
         lines += [f"    {entry}" for entry in record.timeline]
     return "\n".join(lines)

@@ -17,8 +17,12 @@ import pytest
 from tests.faults import checks, downstream, harness
 from tests.faults.harness import LEASE_S, SWEEP_S, wait_for
 
-pytestmark = [pytest.mark.live, pytest.mark.pg, pytest.mark.redis,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.pg,
+    pytest.mark.redis,
+    pytest.mark.django_db(transaction=True),
+]
 
 CANCELS = int(os.environ.get("MCPTASKS_FAULT_CANCELS", "40"))
 WAVE = 10
@@ -33,8 +37,8 @@ def _run_one(fault_tasks: harness.FaultTasks) -> float:
 
 
 def test_cancel_around_completion_ends_in_exactly_one_state(
-        cluster: harness.Cluster, fault_tasks: harness.FaultTasks, fault_db: Any,
-        users: dict[str, Any]) -> None:
+    cluster: harness.Cluster, fault_tasks: harness.FaultTasks, fault_db: Any, users: dict[str, Any]
+) -> None:
     from audit.record import Actor
     from mcptasks import lifecycle
 
@@ -57,7 +61,8 @@ def test_cancel_around_completion_ends_in_exactly_one_state(
         for due, task_id in sorted(wave):
             time.sleep(max(0.0, due - time.monotonic()))
             acknowledged[task_id] = lifecycle.task_request_cancel(
-                task_id=task_id, actor=actor, reason="fault test").state
+                task_id=task_id, actor=actor, reason="fault test"
+            ).state
             offsets[task_id] = due
         wave_ids = [task_id for _, task_id in wave]
         wait_for(lambda ids=wave_ids: checks.all_terminal(ids), 60, "a wave of tasks to end")
@@ -75,12 +80,16 @@ def test_cancel_around_completion_ends_in_exactly_one_state(
         row, actions = rows[task_id], [action for action, _ in trails[task_id]]
         state = row["state"]
         if (state, row["version"]) != first_terminal[task_id]:
-            problems.append(f"{task_id}: {first_terminal[task_id]} became "
-                            f"{(state, row['version'])}")
+            problems.append(
+                f"{task_id}: {first_terminal[task_id]} became {(state, row['version'])}"
+            )
         if state not in ("completed", "cancelled"):
             problems.append(f"{task_id}: ended {state} {row['error']}")
-        terminal_events = [a for a in actions if a in (
-            "task.completed", "task.cancelled", "task.failed", "task.force_cancelled")]
+        terminal_events = [
+            a
+            for a in actions
+            if a in ("task.completed", "task.cancelled", "task.failed", "task.force_cancelled")
+        ]
         if terminal_events != [f"task.{state}"]:
             problems.append(f"{task_id}: {state} with terminal events {terminal_events}")
         if state == "completed" and not row["result"]:
@@ -91,18 +100,22 @@ def test_cancel_around_completion_ends_in_exactly_one_state(
             problems.append(f"{task_id}: cancel acknowledged as done, but it {state}")
         if acknowledged[task_id] == "completed" and row["cancel_requested_at"] is not None:
             problems.append(f"{task_id}: a no-op cancel of a completed task recorded intent")
-        steps_run = {k.rsplit(":", 1)[1]: n for k, n in calls.items()
-                     if k.startswith(task_id + ":")}
+        steps_run = {
+            k.rsplit(":", 1)[1]: n for k, n in calls.items() if k.startswith(task_id + ":")
+        }
         if any(n != 1 for n in steps_run.values()) or (
-                state == "completed" and len(steps_run) != ARGUMENTS["steps"]):
+            state == "completed" and len(steps_run) != ARGUMENTS["steps"]
+        ):
             problems.append(f"{task_id}: {state} with downstream calls {steps_run}")
     problems += checks.audit_gaps()
 
     landed = Counter(acknowledged.values())
     finals = Counter(row["state"] for row in rows.values())
-    print(f"\n{len(task_ids)} cancels over a {window:.2f} s window (tool takes {typical:.2f} s "
-          f"alone): tasks/cancel answered {dict(landed)}; final {dict(finals)}; wall "
-          f"{time.monotonic() - started:.1f} s")
+    print(
+        f"\n{len(task_ids)} cancels over a {window:.2f} s window (tool takes {typical:.2f} s "
+        f"alone): tasks/cancel answered {dict(landed)}; final {dict(finals)}; wall "
+        f"{time.monotonic() - started:.1f} s"
+    )
     assert problems == []
     # The offsets really straddled completion: both outcomes happened.
     assert finals["completed"] and finals["cancelled"]

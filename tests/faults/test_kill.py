@@ -15,14 +15,19 @@ import pytest
 
 from tests.faults import checks, harness, kill_loop
 
-pytestmark = [pytest.mark.live, pytest.mark.pg, pytest.mark.redis,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.pg,
+    pytest.mark.redis,
+    pytest.mark.django_db(transaction=True),
+]
 
 KILLS = int(os.environ.get("MCPTASKS_FAULT_KILLS", "10"))
 
 
 def test_killed_workers_lose_no_step_and_every_task_ends(
-        cluster: harness.Cluster, fault_tasks: harness.FaultTasks, fault_db: Any) -> None:
+    cluster: harness.Cluster, fault_tasks: harness.FaultTasks, fault_db: Any
+) -> None:
     cluster.start_workers("A", "B")
     cluster.start_beat()
     rng = random.Random(os.environ.get("MCPTASKS_FAULT_SEED", "5"))
@@ -39,8 +44,7 @@ def test_killed_workers_lose_no_step_and_every_task_ends(
     kill_loop.count_calls(fault_db, records)
     task_ids = [r.task_id for r in records]
 
-    problems = checks.outcome_problems(task_ids, fault_db,
-                                        steps=kill_loop.STEPS, sleeps=True)
+    problems = checks.outcome_problems(task_ids, fault_db, steps=kill_loop.STEPS, sleeps=True)
     problems += checks.audit_gaps()
     stale = sum(cluster.stale_warnings().values())
     print("\n" + kill_loop.summary(records, missed, stale, time.monotonic() - started))

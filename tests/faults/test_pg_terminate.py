@@ -25,8 +25,12 @@ import pytest
 from tests.faults import checks, downstream, harness
 from tests.faults.harness import LEASE_S, SWEEP_S, wait_for
 
-pytestmark = [pytest.mark.live, pytest.mark.pg, pytest.mark.redis,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.live,
+    pytest.mark.pg,
+    pytest.mark.redis,
+    pytest.mark.django_db(transaction=True),
+]
 
 TASKS = int(os.environ.get("MCPTASKS_FAULT_PG_TASKS", "30"))
 KILL_S = float(os.environ.get("MCPTASKS_FAULT_PG_KILL_S", "8"))
@@ -40,8 +44,9 @@ class Killer(threading.Thread):
 
     def __init__(self, seed: str) -> None:
         super().__init__(daemon=True, name="pg-killer")
-        self.conn = psycopg.connect(downstream.conninfo(), autocommit=True,
-                                    application_name="fault-killer")
+        self.conn = psycopg.connect(
+            downstream.conninfo(), autocommit=True, application_name="fault-killer"
+        )
         self.rng = random.Random(seed)
         self.halt = threading.Event()
         self.rounds = 0
@@ -50,16 +55,22 @@ class Killer(threading.Thread):
     def run(self) -> None:
         try:
             while not self.halt.wait(self.rng.uniform(0.1, 0.5)):
-                backends = [pid for (pid,) in self.conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND application_name LIKE %s", (harness.WORKER_APP_PREFIX + "%",))]
+                backends = [
+                    pid
+                    for (pid,) in self.conn.execute(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                        "AND application_name LIKE %s",
+                        (harness.WORKER_APP_PREFIX + "%",),
+                    )
+                ]
                 # Every connection at once (a server restart), or one (a crashed backend):
                 # then the pool still holds live ones for the code that handles the error.
                 if backends and self.rng.random() < 0.5:
                     backends = [self.rng.choice(backends)]
                 for pid in backends:
-                    (done,) = self.conn.execute("SELECT pg_terminate_backend(%s)",
-                                                (pid,)).fetchone()
+                    (done,) = self.conn.execute(
+                        "SELECT pg_terminate_backend(%s)", (pid,)
+                    ).fetchone()
                     self.terminated += bool(done)
                 self.rounds += 1
         finally:
@@ -67,8 +78,8 @@ class Killer(threading.Thread):
 
 
 def test_terminated_connections_lose_no_acknowledged_transition(
-        cluster: harness.Cluster, fault_tasks: harness.FaultTasks, fault_db: Any,
-        users: dict[str, Any]) -> None:
+    cluster: harness.Cluster, fault_tasks: harness.FaultTasks, fault_db: Any, users: dict[str, Any]
+) -> None:
     from audit.record import Actor
     from mcptasks import lifecycle
 
@@ -101,7 +112,8 @@ def test_terminated_connections_lose_no_acknowledged_transition(
         if candidates and rng.random() < CANCEL_SHARE * 4:
             task_id = rng.choice(candidates)
             cancels[task_id] = lifecycle.task_request_cancel(
-                task_id=task_id, actor=actor, reason="fault test").state
+                task_id=task_id, actor=actor, reason="fault test"
+            ).state
         poll()
         time.sleep(0.1)
     killer.halt.set()
@@ -113,8 +125,7 @@ def test_terminated_connections_lose_no_acknowledged_transition(
         poll(settling=True)
         return checks.all_terminal(created)
 
-    wait_for(settled, 120, "every task to end once the connections are left alone",
-             interval=0.2)
+    wait_for(settled, 120, "every task to end once the connections are left alone", interval=0.2)
     settle_s = time.monotonic() - stopped
     poll(settling=True)
 
@@ -136,8 +147,11 @@ def test_terminated_connections_lose_no_acknowledged_transition(
         terminal_seen = [s for _, s in seen[task_id] if s in ("completed", "cancelled", "failed")]
         if terminal_seen and terminal_seen[0] != row["state"]:
             problems.append(f"{task_id}: seen {terminal_seen[0]}, now {row['state']}")
-        if (task_id in cancels and cancels[task_id] not in ("completed", "failed")
-                and row["cancel_requested_at"] is None):
+        if (
+            task_id in cancels
+            and cancels[task_id] not in ("completed", "failed")
+            and row["cancel_requested_at"] is None
+        ):
             problems.append(f"{task_id}: acknowledged cancel intent lost")
         # A dropped connection is not the tool's failure: every task completes (or honours
         # its cancel).
@@ -148,10 +162,12 @@ def test_terminated_connections_lose_no_acknowledged_transition(
     problems += checks.outcome_problems(completed, fault_db, steps=STEPS, sleeps=True)
     problems += checks.audit_gaps()
     finals = Counter(row["state"] for row in rows.values())
-    print(f"\n{len(created)} tasks, {len(cancels)} cancels; {killer.terminated} backends "
-          f"terminated in {killer.rounds} rounds over {KILL_S:.0f} s; all ended {settle_s:.1f} s "
-          f"after; final {dict(finals)}; states polled {sum(len(v) for v in seen.values())}; "
-          f"leases held by nobody longer than lease + sweep after the kills: {len(orphans)}")
+    print(
+        f"\n{len(created)} tasks, {len(cancels)} cancels; {killer.terminated} backends "
+        f"terminated in {killer.rounds} rounds over {KILL_S:.0f} s; all ended {settle_s:.1f} s "
+        f"after; final {dict(finals)}; states polled {sum(len(v) for v in seen.values())}; "
+        f"leases held by nobody longer than lease + sweep after the kills: {len(orphans)}"
+    )
     assert killer.terminated > 0
     assert orphans == set()
     assert problems == []
