@@ -104,22 +104,34 @@ def test_terminated_connections_lose_no_acknowledged_transition(
 
     killer = Killer(seed)
     started = time.monotonic()
+    # Creations spread over most of the storm, so tasks are mid-run while backends die; a
+    # share of them get a tasks/cancel a moment after their creation.
+    plan = sorted(rng.uniform(0, 0.7 * KILL_S) for _ in range(TASKS))
+    cancel_at: dict[str, float] = {}
+
+    def act(now: float) -> None:
+        while plan and plan[0] <= now:
+            plan.pop(0)
+            task_id = fault_tasks.create(**ARGUMENTS)
+            created.append(task_id)
+            if rng.random() < CANCEL_SHARE:
+                cancel_at[task_id] = now + rng.uniform(0, 2)
+        for task_id, due in list(cancel_at.items()):
+            if due <= now:
+                del cancel_at[task_id]
+                cancels[task_id] = lifecycle.task_request_cancel(
+                    task_id=task_id, actor=actor, reason="fault test"
+                ).state
+
     killer.start()
     while time.monotonic() - started < KILL_S:
-        if len(created) < TASKS:
-            created += [fault_tasks.create(**ARGUMENTS) for _ in range(4)]
-        candidates = [t for t in created if t not in cancels]
-        if candidates and rng.random() < CANCEL_SHARE * 4:
-            task_id = rng.choice(candidates)
-            cancels[task_id] = lifecycle.task_request_cancel(
-                task_id=task_id, actor=actor, reason="fault test"
-            ).state
+        act(time.monotonic() - started)
         poll()
-        time.sleep(0.1)
+        time.sleep(0.05)
     killer.halt.set()
     killer.join()
     stopped = time.monotonic()
-    created += [fault_tasks.create(**ARGUMENTS) for _ in range(max(0, TASKS - len(created)))]
+    act(float("inf"))
 
     def settled() -> bool:
         poll(settling=True)
