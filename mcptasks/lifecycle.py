@@ -1017,7 +1017,8 @@ def task_note_binding_change(*, task_id: str, attempt: int, changes: dict[str, A
         # remembered as a step, so later resumes under it do not report the change again.
         accepted = "binding:" + digest({field: new for field, (_old, new) in changes.items()})
         _, first_time = TaskStep.objects.get_or_create(
-            task_id=task_id, key=accepted[:200], defaults={"kind": "binding", "value": changes})
+            task_id=task_id, key=accepted[:200], defaults={"kind": "binding", "value": changes}
+        )
         if first_time:
             task = Task.objects.select_related("tenant").get(pk=task_id)
             _audit(task, "task.binding_changed", Actor.system("worker"), {"changes": changes})
