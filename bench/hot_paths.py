@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import BIN, REPO, RESULTS, bench_database, bench_env, free_port, median
+from bench.common import BIN, REPO, RESULTS, bench_database, free_port, median
+from bench.end_to_end import run_end_to_end, server_env
 
 VERSION = "2026-07-28"
 CAPS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
@@ -133,7 +134,7 @@ def body(method: str, params: dict[str, Any]) -> bytes:
 
 
 def setup(url: str, extra_tasks: int) -> tuple[str, str]:
-    os.environ.update(bench_env(url))
+    os.environ.update(server_env(url))
     import django
 
     django.setup()
@@ -186,13 +187,11 @@ def setup(url: str, extra_tasks: int) -> tuple[str, str]:
     return entry["token"], task.pk
 
 
-def run_http(url: str, runs: int, seconds: int, extra_tasks: int, results: dict[str, Any]) -> None:
+def run_http(
+    url: str, runs: int, seconds: int, extra_tasks: int, results: dict[str, Any], *, create: bool
+) -> None:
     token, task_id = setup(url, extra_tasks)
-    env = bench_env(
-        url,
-        MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL="100000000",
-        MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT="100000000",
-    )
+    env = server_env(url)
     floor_env = {**env, "FLOOR_DSN": url, "FLOOR_TASK_ID": task_id}
     ours, ours_url = uvicorn("mcptasks.asgi:application", env, RESULTS / "ours.log")
     floor, floor_url = uvicorn("bench.floor_app:app", floor_env, RESULTS / "floor.log")
@@ -224,7 +223,7 @@ def run_http(url: str, runs: int, seconds: int, extra_tasks: int, results: dict[
             "open_loop_50pct": b1_open,
             "ratio": b1["rps"] / b1_floor["rps"],
         }
-        if extra_tasks == 0:
+        if create:
             call_body = body("tools/call", {"name": "echo_task", "arguments": {"text": "x"}})
             call_headers = mcp_headers(token, "tools/call", "echo_task")
             b2 = best_of(
@@ -239,85 +238,6 @@ def run_http(url: str, runs: int, seconds: int, extra_tasks: int, results: dict[
         for process in (ours, floor):
             process.terminate()
             process.wait(timeout=15)
-
-
-def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
-    """B6: tasks/s of `count` no-op tasks through 2 workers vs Celery's raw drain rate."""
-    import redis
-    from django.db.models import Count  # noqa: F401
-
-    from audit.record import Actor
-    from mcptasks import lifecycle
-    from mcptasks.models import Task, TaskState, Tenant
-
-    env = bench_env(
-        url,
-        MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL="100000000",
-        MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT="100000000",
-    )
-    client = redis.Redis.from_url("redis://127.0.0.1:6379/3")
-    client.flushdb()
-    logs = [open(RESULTS / f"worker{n}.log", "w") for n in range(2)]  # noqa: SIM115
-    workers = [
-        subprocess.Popen(
-            [
-                str(BIN / "celery"),
-                "-A",
-                "mcptasks",
-                "worker",
-                "-c",
-                "1",
-                "--pool=prefork",
-                "-n",
-                f"bench{n}@%h",
-                "-l",
-                "warning",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=logs[n],
-            stderr=subprocess.STDOUT,
-        )
-        for n in range(2)
-    ]
-    try:
-        time.sleep(6)
-        from mcptasks.jobs import bench_noop
-
-        started = time.perf_counter()
-        for _ in range(count):
-            bench_noop.delay()
-        while int(client.get("mcptasks:bench:noop") or 0) < count:
-            time.sleep(0.05)
-        raw = count / (time.perf_counter() - started)
-        tenant = Tenant.objects.get(slug="acme")
-        from django.contrib.auth import get_user_model
-
-        alice = get_user_model().objects.get(username="alice")
-        started = time.perf_counter()
-        ids = []
-        for _ in range(count):
-            task, _ = lifecycle.task_create(
-                spec=lifecycle.NewTask(
-                    tenant_id=tenant.pk,
-                    principal_id=alice.pk,
-                    tool_name="echo_task",
-                    arguments={"text": "e2e"},
-                    policy_revision="bench",
-                    ttl_ms=None,
-                ),
-                actor=Actor.system("bench"),
-            )
-            ids.append(task.pk)
-        while Task.objects.filter(pk__in=ids, state=TaskState.COMPLETED).count() < count:
-            time.sleep(0.2)
-        ours = count / (time.perf_counter() - started)
-        results["B6"] = {"tasks_per_s": ours, "raw_drain_per_s": raw, "ratio": ours / raw}
-    finally:
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            worker.wait(timeout=20)
 
 
 def main() -> None:
@@ -365,11 +285,11 @@ def main() -> None:
     results: dict[str, Any] = {}
     with bench_database(f"mcptasks_bench_{args.phase}_{os.getpid()}") as url:
         if args.phase == "hot":
-            run_http(url, args.runs, args.seconds, 999, results)
+            run_http(url, args.runs, args.seconds, 999, results, create=True)
             if args.e2e:
                 run_end_to_end(url, args.e2e, results)
         else:
-            run_http(url, args.runs, args.seconds, args.scale - 1, results)
+            run_http(url, args.runs, args.seconds, args.scale - 1, results, create=False)
         from django.db import connections
 
         connections.close_all()
