@@ -1,9 +1,17 @@
 """Live updates at scale: N open subscriptions/listen streams on one web process.
 
-For each server (Daphne, uvicorn) and each N: change → notifications/tasks receipt latency on
-every stream (p50/p99), RSS per stream, threads per process; then a leak check (10,000 streams
-opened and closed; file descriptors, event-loop tasks and RSS back within 10 % of baseline).
-Runs on PostgreSQL + Redis (the production channel layer).
+For each server (Daphne, uvicorn) and each N: change → ``notifications/tasks`` receipt latency
+on every stream (p50/p99, misses counted), RSS per stream, threads per process; then a leak
+check (10,000 streams opened and closed; file descriptors, event-loop tasks and RSS back within
+10 % of baseline). Runs on PostgreSQL + Redis (the production channel layer).
+
+What is timed: the change is made by this process, as a worker process would make it (the
+lifecycle verb ``task_answer_input``, broadcast through channels-redis after commit); the clock
+starts when the transaction has committed and stops when a stream's bytes holding the new
+state are read from its socket. The streams are held by ``--clients`` separate client
+processes, each a plain epoll loop that only ``recv``s and timestamps on the hot path; frames
+are parsed afterwards, and a stream counts as served for a change only if the frame it got
+shows that change (its ``inputRequests`` count), so a missing or wrong frame is a miss.
 
     .venv/bin/python bench/streams.py [--servers daphne,uvicorn] [--streams 100,1000,2000]
 """
@@ -11,13 +19,18 @@ Runs on PostgreSQL + Redis (the production channel layer).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import multiprocessing
 import os
 import re
 import resource
+import select
+import signal
+import socket
+import subprocess
 import sys
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +43,8 @@ META = {
     "io.modelcontextprotocol/protocolVersion": VERSION,
     "io.modelcontextprotocol/clientCapabilities": CAPS,
 }
+MARK = b'"notifications/tasks"'
+OPEN_BATCH = 100
 
 
 def setup_django(database_url: str) -> dict[str, Any]:
@@ -66,114 +81,265 @@ def request_bytes(
     return ("\r\n".join(headers) + "\r\n\r\n").encode() + body
 
 
-class Stream:
-    """One raw SSE connection: records the receipt time of each notified version."""
+# ---------------------------------------------------------------- client processes
 
-    def __init__(self) -> None:
-        self.received: dict[int, float] = {}
-        self.ready = asyncio.Event()
-        self.writer: asyncio.StreamWriter | None = None
-        self.task: asyncio.Task | None = None
 
-    async def open(self, port: int, payload: bytes) -> None:
-        reader, self.writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
-        self.writer.write(payload)
-        await self.writer.drain()
-        self.task = asyncio.create_task(self._read(reader))
+def notifications(chunks: list[tuple[float, bytes]]) -> list[tuple[float, int, str]]:
+    """``(receipt time, inputRequests count, status)`` of each ``notifications/tasks`` frame;
+    a frame's receipt time is that of the read that completed it."""
+    found: list[tuple[float, int, str]] = []
+    buffer = b""
+    for received_at, data in chunks:
+        buffer += data
+        *events, buffer = buffer.split(b"\n\n")
+        for event in events:
+            start = event.find(b"data: ")
+            if start < 0 or MARK not in event:
+                continue
+            params = json.loads(event[start + 6 :])["params"]
+            found.append((received_at, len(params.get("inputRequests", {})), params["status"]))
+    return found
 
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        buffer = b""
-        try:
-            while True:
-                chunk = await reader.read(65536)
-                if not chunk:
-                    return
-                now = time.perf_counter()
-                buffer += chunk
-                while b"\n\n" in buffer:
-                    event, buffer = buffer.split(b"\n\n", 1)
-                    for line in event.split(b"\n"):
-                        if b"data: " in line:
-                            data = line.split(b"data: ", 1)[1]
-                            if b'"notifications/tasks"' in data:
-                                version = len(json.loads(data)["params"].get("inputRequests", {}))
-                                self.received.setdefault(version, now)
-                                self.ready.set()
-        except (ConnectionError, asyncio.CancelledError):
-            return
 
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+class Client:
+    """The streams of one client process: raw sockets on one epoll, reads timestamped."""
+
+    def __init__(self, port: int, payload: bytes) -> None:
+        self.port, self.payload = port, payload
+        self.poller = select.epoll()
+        self.sockets: dict[int, socket.socket] = {}
+        self.chunks: dict[int, list[tuple[float, bytes]]] = {}
+        self.frames: dict[int, int] = {}
+        self.tails: dict[int, bytes] = {}
+        self.target = 1
+        self.reached = 0
+
+    def open(self, count: int) -> None:
+        for _ in range(count):
+            sock = socket.create_connection(("127.0.0.1", self.port))
+            sock.sendall(self.payload)
+            sock.setblocking(False)
+            fd = sock.fileno()
+            self.sockets[fd], self.chunks[fd], self.frames[fd], self.tails[fd] = sock, [], 0, b""
+            self.poller.register(fd, select.EPOLLIN)
+
+    def expect(self, frames: int) -> None:
+        self.target = frames
+        self.reached = sum(1 for n in self.frames.values() if n >= frames)
+
+    def pump(self, timeout: float) -> None:
+        for fd, _ in self.poller.poll(timeout):
+            sock = self.sockets.get(fd)
+            if sock is None:
+                continue
             try:
-                await self.writer.wait_closed()
-            except ConnectionError:
+                data = sock.recv(262144)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            received_at = time.monotonic()
+            if not data:
+                self.poller.unregister(fd)
+                continue
+            self.chunks[fd].append((received_at, data))
+            tail = self.tails[fd]
+            seen = (tail + data).count(MARK) - tail.count(MARK)
+            self.tails[fd] = data[-len(MARK) :]
+            if seen:
+                before = self.frames[fd]
+                self.frames[fd] = before + seen
+                if before < self.target <= before + seen:
+                    self.reached += 1
+
+    def close(self) -> None:
+        for fd, sock in self.sockets.items():
+            try:
+                self.poller.unregister(fd)
+            except (OSError, ValueError):
                 pass
-        if self.task is not None:
-            self.task.cancel()
+            sock.close()
+        self.sockets.clear()
+        self.chunks.clear()
+        self.frames.clear()
+        self.tails.clear()
+        self.reached = 0
 
 
-async def post(port: int, payload: bytes) -> bytes:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(payload)
-    await writer.drain()
-    data = await reader.read(65536)
-    writer.close()
-    return data
+def client_main(conn: Connection, port: int, payload: bytes) -> None:
+    """Serve commands from the coordinator; keep reading every socket in between."""
+    client = Client(port, payload)
+    waiting: float | None = None  # deadline of a pending "wait"
+    while True:
+        if conn.poll(0):
+            command, *args = conn.recv()
+            if command == "open":
+                client.open(args[0])
+                conn.send(len(client.sockets))
+            elif command == "wait":
+                client.expect(args[0])
+                waiting = time.monotonic() + args[1]
+            elif command == "results":
+                conn.send([notifications(chunks) for chunks in client.chunks.values()])
+            elif command == "close":
+                client.close()
+                conn.send(True)
+            elif command == "exit":
+                return
+        client.pump(0.02)
+        if waiting is not None and (
+            client.reached >= len(client.sockets) or time.monotonic() > waiting
+        ):
+            conn.send(client.reached)
+            waiting = None
 
 
-async def measure(
-    server: Server, token: str, task_id: str, count: int, rounds: int, questions: int
-) -> dict[str, Any]:
-    port = server.port
-    listen = request_bytes(
-        port, token, "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
-    )
-    warm = [Stream() for _ in range(20)]  # warm the server up before the baseline
-    await asyncio.gather(*(s.open(port, listen) for s in warm))
-    await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in warm)), 60)
-    await asyncio.gather(*(s.close() for s in warm))
-    await asyncio.sleep(1)
-    base_rss, base_threads = server.rss_kib(), server.threads()
-    streams = [Stream() for _ in range(count)]
-    for start in range(0, count, 200):
-        await asyncio.gather(*(s.open(port, listen) for s in streams[start : start + 200]))
-    await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in streams)), 120)
-    await asyncio.sleep(1)
-    rss_per_stream = (server.rss_kib() - base_rss) / count
-    threads = server.threads()
-    latencies: list[float] = []
-    remaining = questions
-    for round_number in range(rounds):
-        key = f"q{round_number}"
-        remaining -= 1
-        update = request_bytes(
-            port,
-            token,
-            "tasks/update",
-            {
-                "taskId": task_id,
-                "inputResponses": {key: {"action": "accept", "content": {"ok": True}}},
-            },
-            name=task_id,
-            request_id=100 + round_number,
+class Clients:
+    """``count`` client processes; streams are spread evenly over them."""
+
+    def __init__(self, count: int, port: int, payload: bytes) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.pipes: list[Connection] = []
+        self.processes = []
+        for _ in range(count):
+            here, there = context.Pipe()
+            process = context.Process(target=client_main, args=(there, port, payload), daemon=True)
+            process.start()
+            self.pipes.append(here)
+            self.processes.append(process)
+
+    def _all(self, *command: Any) -> list[Any]:
+        for pipe in self.pipes:
+            pipe.send(command)
+        return [pipe.recv() for pipe in self.pipes]
+
+    def open(self, count: int) -> None:
+        """Open ``count`` more streams, ``OPEN_BATCH`` at a time, each batch acknowledged
+        with its first state before the next."""
+        held = 0
+        while held < count:
+            batch = min(OPEN_BATCH, count - held)
+            shares = [batch // len(self.pipes)] * len(self.pipes)
+            for index in range(batch % len(self.pipes)):
+                shares[index] += 1
+            for pipe, share in zip(self.pipes, shares, strict=True):
+                pipe.send(("open", share))
+            for pipe in self.pipes:
+                pipe.recv()
+            held += batch
+            self.wait(1, 60)
+
+    def wait(self, frames: int, timeout: float) -> int:
+        """Until every stream has ``frames`` notifications (or ``timeout``); how many have."""
+        return sum(self._all("wait", frames, timeout))
+
+    def results(self) -> list[list[tuple[float, int, str]]]:
+        return [stream for per_client in self._all("results") for stream in per_client]
+
+    def close(self) -> None:
+        self._all("close")
+
+    def exit(self) -> None:
+        for pipe in self.pipes:
+            pipe.send(("exit",))
+        for process in self.processes:
+            process.join(timeout=10)
+
+
+# ---------------------------------------------------------------- coordinator
+
+
+def answer(cast: dict, task_id: str, key: str) -> float:
+    """Answer one question as a worker process would change a task; the commit time."""
+    from django.db import transaction
+
+    from audit.record import Actor
+    from mcptasks import lifecycle
+
+    committed: list[float] = []
+    with transaction.atomic():
+        # Registered first, so it runs right after commit, before the broadcast callback.
+        transaction.on_commit(lambda: committed.append(time.monotonic()))
+        lifecycle.task_answer_input(
+            task_id=task_id,
+            key=key,
+            response={"action": "accept", "content": {"ok": True}},
+            actor=Actor.for_user(cast["alice"]["user"], kind="principal"),
+            via="mcp",
         )
-        sent = time.perf_counter()
-        await post(port, update)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not all(remaining in s.received for s in streams):
-            await asyncio.sleep(0.005)
-        latencies += [s.received[remaining] - sent for s in streams if remaining in s.received]
-        await asyncio.sleep(0.3)
-    missing = sum(
-        1 for s in streams for r in range(questions - rounds, questions) if r not in s.received
+    return committed[0]
+
+
+def profile_start(server: Server, name: str) -> subprocess.Popen[bytes] | None:
+    """With ``BENCH_PROFILE`` set, sample the server with py-spy while changes fan out
+    (collapsed stacks in bench/results/profile-<server>-<streams>.txt)."""
+    if not os.environ.get("BENCH_PROFILE"):
+        return None
+    spy = Path(sys.executable).parent / "py-spy"
+    out = RESULTS / f"profile-{name}.txt"
+    argv = [str(spy), "record", "-p", str(server.process.pid), "-r", "250", "-f", "raw"]
+    return subprocess.Popen(
+        [*argv, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    await asyncio.gather(*(s.close() for s in streams))
+
+
+def profile_stop(profiler: subprocess.Popen[bytes] | None) -> None:
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=30)
+
+
+def measure(
+    server: Server, cast: dict, task_id: str, count: int, rounds: int, clients: int
+) -> dict[str, Any]:
+    token = cast["alice"]["token"]
+    listen = request_bytes(
+        server.port, token, "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
+    )
+    pool = Clients(clients, server.port, listen)
+    try:
+        pool.open(20)  # warm the server up before the baseline
+        pool.close()
+        time.sleep(1)
+        base_rss, base_threads = server.rss_kib(), server.threads()
+        pool.open(count)
+        time.sleep(1)
+        rss_per_stream = (server.rss_kib() - base_rss) / count
+        threads = server.threads()
+        committed: list[float] = []
+        profiler = profile_start(server, f"{server.kind}-{count}")
+        for round_number in range(rounds):
+            committed.append(answer(cast, task_id, f"q{round_number}"))
+            pool.wait(round_number + 2, 30)
+            time.sleep(0.3)
+        profile_stop(profiler)
+        streams = pool.results()
+        pool.close()
+    finally:
+        pool.exit()
+    questions = rounds + 1
+    latencies: list[float] = []
+    per_round: list[list[float]] = [[] for _ in committed]
+    missed = 0
+    for frames in streams:
+        by_pending = {pending: received_at for received_at, pending, _ in frames}
+        for round_number, at in enumerate(committed):
+            received_at = by_pending.get(questions - 1 - round_number)
+            if received_at is None:
+                missed += 1
+            else:
+                latencies.append(received_at - at)
+                per_round[round_number].append(received_at - at)
     return {
         "streams": count,
         "p50_ms": percentile(latencies, 0.5) * 1000,
         "p99_ms": percentile(latencies, 0.99) * 1000,
-        "missed": missing,
+        "max_ms": max(latencies, default=float("nan")) * 1000,
+        "missed": missed,
+        "rounds_first_last_ms": [
+            [round(min(r, default=0) * 1000, 1), round(max(r, default=0) * 1000, 1)]
+            for r in per_round
+        ],
         "rss_per_stream_kib": rss_per_stream,
         "threads": threads,
         "threads_before": base_threads,
@@ -188,28 +354,34 @@ def scrape(server: Server, name: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
-async def leak_check(server: Server, token: str, task_id: str, total: int) -> dict[str, Any]:
-    port = server.port
+def leak_check(server: Server, cast: dict, task_id: str, total: int, clients: int) -> dict:
     listen = request_bytes(
-        port, token, "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
+        server.port,
+        cast["alice"]["token"],
+        "subscriptions/listen",
+        {"notifications": {"taskIds": [task_id]}},
     )
-    await asyncio.sleep(1)
-    before = {
-        "fds": server.fds(),
-        "rss_kib": server.rss_kib(),
-        "loop_tasks": scrape(server, "mcptasks_event_loop_tasks"),
-    }
-    for start in range(0, total, 500):
-        batch = [Stream() for _ in range(min(500, total - start))]
-        await asyncio.gather(*(s.open(port, listen) for s in batch))
-        await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in batch)), 60)
-        await asyncio.gather(*(s.close() for s in batch))
-    await asyncio.sleep(3)
-    after = {
-        "fds": server.fds(),
-        "rss_kib": server.rss_kib(),
-        "loop_tasks": scrape(server, "mcptasks_event_loop_tasks"),
-    }
+    pool = Clients(clients, server.port, listen)
+    try:
+        pool.open(500)  # warm up: the baseline is a server that has served streams
+        pool.close()
+        time.sleep(2)
+        before = {
+            "fds": server.fds(),
+            "rss_kib": server.rss_kib(),
+            "loop_tasks": scrape(server, "mcptasks_event_loop_tasks"),
+        }
+        for _ in range(0, total, 500):
+            pool.open(500)
+            pool.close()
+        time.sleep(3)
+        after = {
+            "fds": server.fds(),
+            "rss_kib": server.rss_kib(),
+            "loop_tasks": scrape(server, "mcptasks_event_loop_tasks"),
+        }
+    finally:
+        pool.exit()
     within = all(
         after[k] is not None and before[k] is not None and after[k] <= before[k] * 1.10 + 2
         for k in before
@@ -249,6 +421,7 @@ def main() -> None:
     parser.add_argument("--streams", default="100,1000,2000")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--leak", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=1, help="client processes")
     args = parser.parse_args()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -256,35 +429,32 @@ def main() -> None:
     results: dict[str, Any] = {"servers": {}}
     with bench_database(f"mcptasks_bench_streams_{os.getpid()}") as url:
         cast = setup_django(url)
-        token = cast["alice"]["token"]
+        from mcptasks import events
+
+        events.broadcast("warm-up", 0, 0)  # the sender loop and its Redis connection
         for kind in args.servers.split(","):
             server = Server(kind, bench_env(url), RESULTS / f"streams-{kind}.log")
             rows = []
+            leak = None
             try:
                 for count in (int(n) for n in args.streams.split(",")):
-                    questions = args.rounds + 1
-                    task_id = make_task(cast, questions)
-                    rows.append(
-                        asyncio.run(measure(server, token, task_id, count, args.rounds, questions))
-                    )
+                    task_id = make_task(cast, args.rounds + 1)
+                    rows.append(measure(server, cast, task_id, count, args.rounds, args.clients))
                     print(f"{kind:8} {rows[-1]}", flush=True)
-                leak = (
-                    asyncio.run(leak_check(server, token, make_task(cast, 2), args.leak))
-                    if args.leak
-                    else None
-                )
-                print(f"{kind:8} leak {leak}", flush=True)
+                if args.leak:
+                    leak = leak_check(server, cast, make_task(cast, 2), args.leak, args.clients)
+                    print(f"{kind:8} leak {leak}", flush=True)
             finally:
                 server.stop()
             results["servers"][kind] = {"version": server.version(), "rows": rows, "leak": leak}
     (RESULTS / "streams.json").write_text(json.dumps(results, indent=2))
-    print("\nserver   version   streams  p50 ms  p99 ms  missed  RSS/stream KiB  threads")
+    print("\nserver   version   streams  p50 ms  p99 ms  max ms  missed  RSS/stream KiB  threads")
     for kind, data in results["servers"].items():
         for row in data["rows"]:
             print(
                 f"{kind:8} {data['version']:9} {row['streams']:7} {row['p50_ms']:7.1f} "
-                f"{row['p99_ms']:7.1f} {row['missed']:7} {row['rss_per_stream_kib']:15.1f} "
-                f"{row['threads']:8}"
+                f"{row['p99_ms']:7.1f} {row['max_ms']:7.1f} {row['missed']:7} "
+                f"{row['rss_per_stream_kib']:15.1f} {row['threads']:8}"
             )
         if data["leak"]:
             print(

@@ -1,10 +1,11 @@
 """``subscriptions/listen``: an SSE stream of ``notifications/tasks`` (PROTOCOL §2.6, §4.7).
 
 After the acknowledgement the stream sends each acknowledged task's current state, then a new
-state whenever a broadcast ``(task id, version)`` is ahead of what it sent. The channel layer
-delivers at most once, so the stream also re-reads the versions of its unfinished tasks every
-``MCPTASKS_STREAM_CATCH_UP_S`` seconds; a terminal state is therefore always delivered. Once every task is
-terminal and delivered the stream ends with the closing result.
+state whenever a broadcast ``(task id, version)`` is ahead of what it sent; the process's hub
+(hub.py) reads and renders each change once per viewer and writes it to the streams. The
+channel layer delivers at most once, so the hub also re-reads the versions of subscribed tasks
+every ``MCPTASKS_STREAM_CATCH_UP_S`` seconds; a terminal state is therefore always delivered.
+Once every task is terminal and delivered the stream ends with the closing result.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -20,11 +23,9 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from mcptasks import access, events, metrics
-from mcptasks.models import TERMINAL_STATES, Task
 from mcptasks.protocol.call import META_SUBSCRIPTION, Call
 from mcptasks.protocol.errors import invalid_params
-from mcptasks.protocol.hub import hub
-from mcptasks.protocol.tasks import detailed_for
+from mcptasks.protocol.hub import Frame, Hub, hub, read_frames, viewer_key
 
 log = logging.getLogger(__name__)
 
@@ -57,25 +58,6 @@ def _visible_ids(user: Any, task_ids: list[str]) -> list[str]:
         close_old_connections()
 
 
-def _snapshot(
-    user: Any, task_ids: list[str], capabilities: dict[str, Any]
-) -> dict[str, tuple[int, bool, dict[str, Any]]]:
-    """``{task id: (version, terminal, DetailedTask)}`` read through the viewer's access, with
-    the input requests the listen request's capabilities can take — what its tasks/get shows."""
-    try:
-        found: dict[str, tuple[int, bool, dict[str, Any]]] = {}
-        for task in Task.objects.select_related("tenant").filter(pk__in=task_ids):
-            if access.can(user, access.Action.VIEW, task):
-                found[task.pk] = (
-                    task.version,
-                    task.state in TERMINAL_STATES,
-                    detailed_for(user, task, capabilities),
-                )
-        return found
-    finally:
-        close_old_connections()
-
-
 def sse(message: dict[str, Any]) -> bytes:
     return (
         b"data: "
@@ -84,21 +66,122 @@ def sse(message: dict[str, Any]) -> bytes:
     )
 
 
+class Writer:
+    """Writes one stream's SSE bytes in order, callable from any task on the loop.
+
+    A write to an idle stream runs the ASGI ``send`` eagerly, in the caller's turn (an eager
+    task): the hub writes one frame to thousands of streams without switching task per stream.
+    Only when a send has to wait (the client reads slowly) does it continue as a task, and the
+    stream's later writes queue behind it; other streams are not held up.
+    """
+
+    def __init__(self, send: Any, on_failure: Callable[[], None]) -> None:
+        self.send = send
+        self.on_failure = on_failure
+        self.loop = asyncio.get_running_loop()
+        self.pending: deque[dict[str, Any]] = deque()
+        self.busy: asyncio.Task[Any] | None = None
+        self.closed = False  # the last body was written, or a write failed
+        self.last_write = time.monotonic()
+
+    def write(self, body: bytes, *, last: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = last
+        self.last_write = time.monotonic()
+        message = {"type": "http.response.body", "body": body, "more_body": not last}
+        if self.busy is None:
+            self._start(message)
+        else:
+            self.pending.append(message)
+
+    def _start(self, message: dict[str, Any]) -> None:
+        while True:
+            sending = asyncio.eager_task_factory(self.loop, self.send(message))
+            if not sending.done():
+                self.busy = sending
+                sending.add_done_callback(self._sent)
+                return
+            if not self._succeeded(sending) or not self.pending:
+                return
+            message = self.pending.popleft()
+
+    def _sent(self, sending: asyncio.Task[Any]) -> None:
+        self.busy = None
+        if self._succeeded(sending) and self.pending:
+            self._start(self.pending.popleft())
+
+    def _succeeded(self, sending: asyncio.Task[Any]) -> bool:
+        if not sending.cancelled() and sending.exception() is None:
+            return True
+        self.closed = True
+        self.pending.clear()
+        self.on_failure()
+        return False
+
+    async def drain(self) -> None:
+        """Until every write so far has been handed to the server."""
+        while self.busy is not None:
+            await asyncio.wait({self.busy})
+
+
 class ListenStream:
     """One ``subscriptions/listen`` response, alive as long as the client keeps it open."""
 
     def __init__(self, call: Call, task_ids: list[str] | None) -> None:
         self.call = call
         self.requested = task_ids
+        self.user = call.principal.user
+        self.capabilities = call.capabilities
+        self.viewer = viewer_key(self.user, self.capabilities)
+        self.subscription = json.dumps(call.id, ensure_ascii=False).encode()
+        self.task_ids: list[str] = []
         self.sent_versions: dict[str, int] = {}
         self.done: set[str] = set()
+        self.writer: Writer | None = None
+        self.finished: asyncio.Future[None] | None = None
 
     def _meta(self) -> dict[str, Any]:
         return {META_SUBSCRIPTION: self.call.id}
 
+    def behind(self, task_id: str, version: int) -> bool:
+        return task_id not in self.done and self.sent_versions.get(task_id, 0) < version
+
+    def offer(self, task_id: str, frame: Frame | None) -> None:
+        """Write ``frame`` (``task_id`` as this stream's viewer sees it; None when gone or no
+        longer visible) if it is newer than what was sent; close once every task is done."""
+        writer = self.writer
+        if writer is None or writer.closed or task_id in self.done:
+            return
+        if frame is None:
+            self.done.add(task_id)  # purged or no longer visible: nothing more to send
+        elif frame.version > self.sent_versions.get(task_id, 0):
+            self.sent_versions[task_id] = frame.version
+            writer.write(frame.head + self.subscription + frame.tail)
+            if frame.terminal:
+                self.done.add(task_id)
+        else:
+            return
+        if self.task_ids and len(self.done) >= len(self.task_ids):
+            writer.write(
+                sse(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": self.call.id,
+                        "result": {"resultType": "complete", "_meta": self._meta()},
+                    }
+                ),
+                last=True,
+            )
+            self._finish()
+
+    def _finish(self) -> None:
+        if self.finished is not None and not self.finished.done():
+            self.finished.set_result(None)
+
     async def run(self, receive: Any, send: Any) -> None:
         global open_streams
-        user = self.call.principal.user
+        user = self.user
         opened = time.monotonic()
         acked = None
         if self.requested is not None:
@@ -120,149 +203,71 @@ class ListenStream:
             }
         )
         agreed: dict[str, Any] = {} if acked is None else {"taskIds": acked}
-        await send(
-            {
-                "type": "http.response.body",
-                "more_body": True,
-                "body": sse(
-                    {
-                        "jsonrpc": "2.0",
-                        "method": "notifications/subscriptions/acknowledged",
-                        "params": {"_meta": self._meta(), "notifications": agreed},
-                    }
-                ),
-            }
+        self.finished = asyncio.get_running_loop().create_future()
+        self.writer = writer = Writer(send, self._finish)
+        writer.write(
+            sse(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/subscriptions/acknowledged",
+                    "params": {"_meta": self._meta(), "notifications": agreed},
+                }
+            )
         )
         local = hub()
-        queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        groups = [f"task.{task_id}" for task_id in acked or []]
+        self.task_ids = acked or []
         open_streams += 1
         metrics.LISTEN_STREAMS.inc()
         events.remember_loop(asyncio.get_running_loop())
-        disconnected = asyncio.Event()
-        watcher = asyncio.create_task(self._watch_disconnect(receive, disconnected))
+        disconnected = asyncio.ensure_future(self._until_disconnect(receive))
         try:
-            for group in groups:
-                await local.subscribe(group, queue)
-            await self._loop(send, user, acked or [], queue, disconnected)
+            await local.subscribe(self.task_ids, self)
+            await self._current_state(local)
+            await self._wait(disconnected)
+            if not disconnected.done():
+                await writer.drain()
         except (asyncio.CancelledError, OSError):
             pass
         finally:
             open_streams -= 1
             metrics.LISTEN_STREAMS.dec()
-            watcher.cancel()
-            for group in groups:
-                await local.unsubscribe(group, queue)
+            disconnected.cancel()
+            self._finish()
+            await local.unsubscribe(self.task_ids, self)
 
-    async def _watch_disconnect(self, receive: Any, disconnected: asyncio.Event) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                disconnected.set()
-                return
-
-    async def _deliver(
-        self,
-        send: Any,
-        user: Any,
-        task_ids: list[str],
-        notified_version: int | None = None,
-        since: float | None = None,
-    ) -> None:
-        read = sync_to_async(_snapshot, thread_sensitive=False)
-        capabilities = self.call.capabilities
-        viewer = (user.pk, json.dumps(capabilities, sort_keys=True, default=str))
-        if notified_version is not None and len(task_ids) == 1:
-            # Every stream of this viewer notified of this version shares one read.
-            snapshot = await hub().shared(
-                (*viewer, task_ids[0], notified_version), lambda: read(user, task_ids, capabilities)
-            )
-        elif since is not None:
-            snapshot = await hub().fresh(
-                ("snapshot", *viewer, tuple(task_ids)),
-                since,
-                lambda: read(user, task_ids, capabilities),
-            )
-        else:
-            snapshot = await read(user, task_ids, capabilities)
+    async def _current_state(self, local: Hub) -> None:
+        """Each task's current state, read after the stream subscribed (so no change falls
+        between), shared with the streams of this viewer that open at the same time."""
+        if not self.task_ids:
+            return
+        since = time.monotonic()
+        task_ids, viewer = self.task_ids, {self.viewer: (self.user, self.capabilities)}
+        frames = await local.fresh(
+            ("frames", self.viewer, tuple(task_ids)),
+            since,
+            lambda: sync_to_async(read_frames, thread_sensitive=False)(task_ids, viewer),
+        )
         for task_id in task_ids:
-            if task_id not in snapshot:
-                self.done.add(task_id)  # purged or no longer visible: nothing more to send
-                continue
-            version, terminal, detailed = snapshot[task_id]
-            if self.sent_versions.get(task_id, 0) >= version:
-                continue
-            self.sent_versions[task_id] = version
-            await send(
-                {
-                    "type": "http.response.body",
-                    "more_body": True,
-                    "body": sse(
-                        {
-                            "jsonrpc": "2.0",
-                            "method": "notifications/tasks",
-                            "params": {**detailed, "_meta": self._meta()},
-                        }
-                    ),
-                }
-            )
-            if terminal:
-                self.done.add(task_id)
+            self.offer(task_id, frames[self.viewer].get(task_id))
 
-    async def _loop(
-        self,
-        send: Any,
-        user: Any,
-        task_ids: list[str],
-        queue: asyncio.Queue[dict[str, Any]],
-        disconnected: asyncio.Event,
-    ) -> None:
-        """Deliver current state, then every newer version the hub reports (broadcasts and
-        its periodic catch-up), until every task is terminal and delivered."""
-        await self._deliver(send, user, task_ids, since=time.monotonic())
-        loop = asyncio.get_running_loop()
-        last_write = loop.time()
+    @staticmethod
+    async def _until_disconnect(receive: Any) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    async def _wait(self, disconnected: asyncio.Future[None]) -> None:
+        """Until the stream is finished or the client leaves; a keep-alive comment whenever
+        nothing was written for ``MCPTASKS_STREAM_KEEPALIVE_S``. The hub writes the
+        notifications: this task does not wake for them."""
+        assert self.writer is not None and self.finished is not None
         keepalive_s = settings.MCPTASKS_STREAM_KEEPALIVE_S
-        stop = asyncio.ensure_future(disconnected.wait())
-        try:
-            while not disconnected.is_set():
-                if task_ids and self.done >= set(task_ids):
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "more_body": False,
-                            "body": sse(
-                                {
-                                    "jsonrpc": "2.0",
-                                    "id": self.call.id,
-                                    "result": {"resultType": "complete", "_meta": self._meta()},
-                                }
-                            ),
-                        }
-                    )
-                    return
-                receiving = asyncio.ensure_future(queue.get())
-                finished, _ = await asyncio.wait(
-                    {receiving, stop},
-                    timeout=max(keepalive_s - (loop.time() - last_write), 0.01),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if receiving in finished:
-                    message = receiving.result()
-                    task_id, version = message.get("task_id"), message.get("version", 0)
-                    if task_id in task_ids and version > self.sent_versions.get(task_id, 0):
-                        await self._deliver(send, user, [task_id], notified_version=version)
-                        last_write = loop.time()
-                    continue
-                receiving.cancel()
-                if loop.time() - last_write >= keepalive_s:
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "more_body": True,
-                            "body": b": keep-alive\n\n",
-                        }
-                    )
-                    last_write = loop.time()
-        finally:
-            stop.cancel()
+        while not self.finished.done() and not disconnected.done():
+            idle = time.monotonic() - self.writer.last_write
+            if idle >= keepalive_s:
+                self.writer.write(b": keep-alive\n\n")
+                continue
+            await asyncio.wait(
+                {disconnected, self.finished},
+                timeout=keepalive_s - idle,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
