@@ -99,12 +99,21 @@ def _role_allows(user: Any, task: Task, action: Action) -> bool:
     return action in ROLE_ACTIONS[Role.OPERATOR] and _is_staff_operator(user)
 
 
-def can(user: Any, action: Action, task: Task) -> Decision:
-    """May ``user`` do ``action`` to ``task``? Checks principal, tenant roles and grants."""
+def decide_without_queries(user: Any, action: Action, task: Task) -> Decision | None:
+    """The decision when the user and the task alone settle it (an inactive user; the task's
+    own principal); None when roles and grants must be looked up. Runs no query."""
     if user is None or not user.is_authenticated or not user.is_active:
         return Decision(False, "not authenticated")
     if task.principal_id == user.pk and action in OWNER_ACTIONS:
         return ALLOW
+    return None
+
+
+def can(user: Any, action: Action, task: Task) -> Decision:
+    """May ``user`` do ``action`` to ``task``? Checks principal, tenant roles and grants."""
+    decided = decide_without_queries(user, action, task)
+    if decided is not None:
+        return decided
     if _role_allows(user, task, action):
         return ALLOW
     if action in (Action.VIEW, Action.ANSWER):

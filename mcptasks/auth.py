@@ -51,14 +51,22 @@ def authenticate_bearer(authorization: str | None, *, scope: str = MCP_SCOPE) ->
         raise AuthError(401, "invalid_token", "The token is malformed")
     lookup, secret = parts
     token = ApiToken.objects.select_related("user", "tenant").filter(lookup=lookup).first()
-    if token is None or not token.matches(secret):
+    if token is None:
+        raise AuthError(401, "invalid_token", "The token is invalid")
+    verify_token(token, secret, scope)
+    token.touch()
+    return Principal(user=token.user, tenant=token.tenant, token=token)
+
+
+def verify_token(token: ApiToken, secret: str, scope: str) -> None:
+    """Raise AuthError unless ``secret`` is the token's, the token and its user are active and
+    it holds ``scope``. Runs no query (``token.user`` must be loaded)."""
+    if not token.matches(secret):
         raise AuthError(401, "invalid_token", "The token is invalid")
     if not token.is_active() or not token.user.is_active:
         raise AuthError(401, "invalid_token", "The token is expired or revoked")
     if not token.has_scope(scope):
         raise AuthError(403, "insufficient_scope", f"The token lacks the {scope!r} scope", scope)
-    token.touch()
-    return Principal(user=token.user, tenant=token.tenant, token=token)
 
 
 def scope_covers(held: list[str], scope: str) -> bool:

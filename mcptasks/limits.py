@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
 import time
+import weakref
 from functools import lru_cache
 from typing import Any
 
@@ -60,6 +62,9 @@ class MemoryBuckets:
             self._buckets[key] = (tokens, now, seen)
         return wait
 
+    async def take_async(self, key: str, rate: float, burst: float, version: str = "") -> float:
+        return self.take(key, rate, burst, version)
+
     def reset(self) -> None:
         with self._lock:
             self._buckets.clear()
@@ -69,19 +74,43 @@ class RedisBuckets:
     def __init__(self, url: str) -> None:
         import redis
 
+        self._url = url
         self._client = redis.Redis.from_url(url, socket_timeout=0.5, socket_connect_timeout=0.5)
         self._script = self._client.register_script(_LUA)
+        self._async_scripts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def take(self, key: str, rate: float, burst: float, version: str = "") -> float:
-        ttl = max(60, math.ceil(burst / rate) * 2)
         try:
-            result: Any = self._script(
-                keys=[f"mcptasks:rl:{key}"], args=[time.time(), rate, burst, version, ttl]
-            )
+            result: Any = self._script(**self._script_args(key, rate, burst, version))
         except Exception:
             security_log.warning("rate limiter unavailable; allowing the request", exc_info=True)
             return 0.0
         return float(result)
+
+    async def take_async(self, key: str, rate: float, burst: float, version: str = "") -> float:
+        """``take`` from an event loop, on a client of that loop's own."""
+        loop = asyncio.get_running_loop()
+        script = self._async_scripts.get(loop)
+        if script is None:
+            import redis.asyncio
+
+            client = redis.asyncio.Redis.from_url(
+                self._url, socket_timeout=0.5, socket_connect_timeout=0.5
+            )
+            script = self._async_scripts[loop] = client.register_script(_LUA)
+        try:
+            result: Any = await script(**self._script_args(key, rate, burst, version))
+        except Exception:
+            security_log.warning("rate limiter unavailable; allowing the request", exc_info=True)
+            return 0.0
+        return float(result)
+
+    @staticmethod
+    def _script_args(key: str, rate: float, burst: float, version: str) -> dict[str, Any]:
+        ttl = max(60, math.ceil(burst / rate) * 2)
+        return {"keys": [f"mcptasks:rl:{key}"], "args": [time.time(), rate, burst, version, ttl]}
 
     def reset(self) -> None:
         for key in self._client.scan_iter("mcptasks:rl:*"):
@@ -109,10 +138,25 @@ def check_poll(*, principal_id: int, task_id: str, poll_interval_ms: int, versio
 
     The first poll after a state change is never throttled.
     """
-    rate = 1000.0 / max(poll_interval_ms, 1)
-    wait = buckets().take(
-        f"poll:{principal_id}:{task_id}", rate, settings.MCPTASKS_POLL_BURST, version=str(version)
-    )
+    key, rate = _poll_bucket(principal_id, task_id, poll_interval_ms)
+    wait = buckets().take(key, rate, settings.MCPTASKS_POLL_BURST, version=str(version))
+    _refuse_poll(wait, poll_interval_ms)
+
+
+async def check_poll_async(
+    *, principal_id: int, task_id: str, poll_interval_ms: int, version: int
+) -> None:
+    """:func:`check_poll` from the event loop (the fast ``tasks/get`` path)."""
+    key, rate = _poll_bucket(principal_id, task_id, poll_interval_ms)
+    wait = await buckets().take_async(key, rate, settings.MCPTASKS_POLL_BURST, version=str(version))
+    _refuse_poll(wait, poll_interval_ms)
+
+
+def _poll_bucket(principal_id: int, task_id: str, poll_interval_ms: int) -> tuple[str, float]:
+    return f"poll:{principal_id}:{task_id}", 1000.0 / max(poll_interval_ms, 1)
+
+
+def _refuse_poll(wait: float, poll_interval_ms: int) -> None:
     if wait > 0:
         raise Throttled(
             wait,

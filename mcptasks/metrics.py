@@ -34,6 +34,11 @@ TASKS_GET_SECONDS = Histogram(
     "tasks/get handling time",
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25),
 )
+TASKS_GET_PATH = Counter(
+    "mcptasks_tasks_get_total",
+    "tasks/get answered, by path: fast (on the event loop) or general (worker thread)",
+    ["path"],
+)
 THROTTLED = Counter("mcptasks_throttled_total", "Requests answered 429", ["kind"])
 MISSING_MCP_NAME = Counter(
     "mcptasks_missing_mcp_name_total", "tasks/* requests without Mcp-Name (tolerated, PROTOCOL §9)"

@@ -18,6 +18,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # The test client speaks plain HTTP; TLS ends at the proxy in production (its redirect is
     # covered by tests/production/test_deploy_check.py).
     settings.SECURE_SSL_REDIRECT = False
+    # In-process requests (httpx ASGITransport) each run on a new event loop, where the fast
+    # tasks/get path's per-process async pool cannot live; server processes (live tests,
+    # tests/protocol/test_fast_get.py) use it.
+    settings.MCPTASKS_FAST_TASKS_GET = False
     # The tests' own tools (tests/toolpack.py) beside the shipped packs.
     if "tests.toolpack" not in settings.MCPTASKS_TOOL_PACKS:
         settings.MCPTASKS_TOOL_PACKS = [*settings.MCPTASKS_TOOL_PACKS, "tests.toolpack"]

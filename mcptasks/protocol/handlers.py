@@ -7,8 +7,8 @@ from typing import Any
 
 from django.conf import settings
 
-from mcptasks.protocol.call import SUPPORTED_VERSIONS, TASKS_EXTENSION, Call
-from mcptasks.protocol.errors import invalid_params
+from mcptasks.protocol.call import PROTOCOL_VERSION, SUPPORTED_VERSIONS, TASKS_EXTENSION, Call
+from mcptasks.protocol.errors import METHOD_NOT_FOUND, McpError, invalid_params, missing_capability
 from mcptasks.protocol.tasks import handle_tasks_cancel, handle_tasks_get, handle_tasks_update
 from mcptasks.protocol.tools_call import handle_tools_call
 from mcptasks.tools.registry import registry
@@ -59,6 +59,55 @@ METHODS: dict[str, Handler] = {
 
 # Methods gated on the tasks extension being declared on this request.
 TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+
+
+REMOVED_METHODS = frozenset(
+    {
+        "initialize",
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "resources/unsubscribe",
+        "tasks/result",
+        "tasks/list",
+        "notifications/initialized",
+    }
+)
+LISTEN = "subscriptions/listen"
+
+
+def _declares_tasks(capabilities: dict[str, Any]) -> bool:
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
+
+
+def gate(method: str, params: dict[str, Any], capabilities: dict[str, Any]) -> Handler | None:
+    """The handler of ``method``, once the method is known and the capabilities it needs are
+    declared on this request (runs after authentication); None for ``subscriptions/listen``."""
+    handler = METHODS.get(method)
+    if method == LISTEN:
+        notifications = params.get("notifications")
+        if (
+            isinstance(notifications, dict)
+            and notifications.get("taskIds") not in (None, False)
+            and not _declares_tasks(capabilities)
+        ):
+            raise missing_capability(
+                {"extensions": {TASKS_EXTENSION: {}}},
+                "taskIds in subscriptions/listen need the extension",
+            )
+        return None
+    if handler is None or method in REMOVED_METHODS:
+        hint = ""
+        if method == "initialize":
+            hint = f"; this server speaks protocol {PROTOCOL_VERSION} only (no initialize)"
+        raise McpError(METHOD_NOT_FOUND, f"Method not found: {method}{hint}")
+    if method in TASK_METHODS and not _declares_tasks(capabilities):
+        raise missing_capability(
+            {"extensions": {TASKS_EXTENSION: {}}},
+            f"{method} needs the {TASKS_EXTENSION} extension",
+        )
+    return handler
 
 
 def server_info() -> dict[str, str]:

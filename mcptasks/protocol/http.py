@@ -25,52 +25,28 @@ from mcptasks import events, metrics
 from mcptasks.auth import AuthError, Principal, authenticate_bearer
 from mcptasks.limits import Throttled
 from mcptasks.oauth import resource_metadata_url
+from mcptasks.protocol import fast_get, jsonrpc
 from mcptasks.protocol import headers as header_rules
-from mcptasks.protocol import jsonrpc
 from mcptasks.protocol.call import (
     META_CAPABILITIES,
     META_SERVER_INFO,
     META_VERSION,
-    PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
-    TASKS_EXTENSION,
     Call,
 )
 from mcptasks.protocol.errors import (
     HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
-    METHOD_NOT_FOUND,
     UNSUPPORTED_PROTOCOL_VERSION,
     McpError,
-    missing_capability,
 )
-from mcptasks.protocol.handlers import METHODS, TASK_METHODS, server_info
+from mcptasks.protocol.handlers import LISTEN, gate, server_info
 from mcptasks.protocol.listen import ListenStream, parse_listen
 
 log = logging.getLogger(__name__)
 
 LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$", re.IGNORECASE)
-REMOVED_METHODS = frozenset(
-    {
-        "initialize",
-        "ping",
-        "logging/setLevel",
-        "resources/subscribe",
-        "resources/unsubscribe",
-        "tasks/result",
-        "tasks/list",
-        "notifications/initialized",
-    }
-)
-
-
-LISTEN = "subscriptions/listen"
-
-
-def _declares_tasks(capabilities: dict[str, Any]) -> bool:
-    extensions = capabilities.get("extensions")
-    return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
 
 class ClientGone(Exception):
@@ -161,13 +137,17 @@ class McpApplication:
                 principal = await sync_to_async(self._authenticate, thread_sensitive=False)(
                     headers.get("authorization")
                 )
-                self._gate(message.method, message.params, call.capabilities)
+                gate(message.method, message.params, call.capabilities)
                 call.principal = principal
                 return ListenStream(call, parse_listen(call))
-            # Authentication, gating and the handler in one hop to a pool thread.
-            result = await sync_to_async(self._serve, thread_sensitive=False)(
-                call, headers.get("authorization")
-            )
+            result = None
+            if message.method == "tasks/get" and fast_get.enabled():
+                result = await fast_get.tasks_get(call, headers.get("authorization"))
+            if result is None:
+                # Authentication, gating and the handler in one hop to a pool thread.
+                result = await sync_to_async(self._serve, thread_sensitive=False)(
+                    call, headers.get("authorization")
+                )
         except Throttled as exc:
             metrics.THROTTLED.labels(kind=exc.kind).inc()
             return (
@@ -301,41 +281,16 @@ class McpApplication:
         finally:
             close_old_connections()
 
-    def _gate(self, method: str, params: dict[str, Any], capabilities: dict[str, Any]) -> Any:
-        handler = METHODS.get(method)
-        if method == LISTEN:
-            notifications = params.get("notifications")
-            if (
-                isinstance(notifications, dict)
-                and notifications.get("taskIds") not in (None, False)
-                and not _declares_tasks(capabilities)
-            ):
-                raise missing_capability(
-                    {"extensions": {TASKS_EXTENSION: {}}},
-                    "taskIds in subscriptions/listen need the extension",
-                )
-            return None
-        if handler is None or method in REMOVED_METHODS:
-            hint = ""
-            if method == "initialize":
-                hint = f"; this server speaks protocol {PROTOCOL_VERSION} only (no initialize)"
-            raise McpError(METHOD_NOT_FOUND, f"Method not found: {method}{hint}")
-        if method in TASK_METHODS and not _declares_tasks(capabilities):
-            raise missing_capability(
-                {"extensions": {TASKS_EXTENSION: {}}},
-                f"{method} needs the {TASKS_EXTENSION} extension",
-            )
-        return handler
-
     def _serve(self, call: Call, authorization: str | None) -> dict[str, Any]:
         """Authenticate (before anything else may run), gate, then run the method handler."""
         try:
             principal = authenticate_bearer(authorization)
-            handler = self._gate(call.method, call.params, call.capabilities)
+            handler = gate(call.method, call.params, call.capabilities)
+            assert handler is not None  # subscriptions/listen never comes here
             call.principal = principal
             with structlog.contextvars.bound_contextvars(
                 tenant=principal.tenant.slug, principal=principal.user.get_username()
             ):
-                return handler(call)  # type: ignore[no-any-return]
+                return handler(call)
         finally:
             close_old_connections()

@@ -235,3 +235,26 @@ def test_input_timeout_can_be_answered_to_the_tool(make_task, settings):
     assert runner.run_task(task.pk) == TaskState.COMPLETED
     task.refresh_from_db()
     assert task.result["content"][0]["text"] == "timeout"
+
+
+@pytest.mark.redis
+def test_redis_bucket_is_shared_by_the_event_loop_and_thread_callers():
+    import asyncio
+
+    bucket = limits.RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+    bucket.reset()
+    key, rate, burst = "poll:test-shared", 0.001, 3
+    assert bucket.take(key, rate, burst) == 0  # 2 tokens left
+    assert asyncio.run(bucket.take_async(key, rate, burst)) == 0  # 1 left
+    assert bucket.take(key, rate, burst) == 0  # 0 left
+    assert asyncio.run(bucket.take_async(key, rate, burst)) > 0  # throttled, across both
+    assert asyncio.run(bucket.take_async(key, rate, burst, version="2")) == 0  # new version
+    bucket.reset()
+
+
+def test_memory_bucket_answers_the_event_loop_caller_from_the_same_state():
+    import asyncio
+
+    bucket = limits.MemoryBuckets()
+    assert bucket.take("k", 0.001, 1) == 0
+    assert asyncio.run(bucket.take_async("k", 0.001, 1)) > 0

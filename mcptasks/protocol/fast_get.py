@@ -1,0 +1,198 @@
+"""``tasks/get`` on the event loop: the hot path of every polling client (issue 13, B1).
+
+The common case — a bearer token's owner polling their own task that is not waiting for input —
+is answered with one SQL round trip on an async psycopg pool, without leaving the event loop:
+token, user and task in one row, checked by the same functions the general path uses
+(``auth.verify_token``, ``access.decide_without_queries``, ``limits.check_poll_async``,
+``wire.detailed_task``). Anything else returns None and the request takes the general path on a
+worker thread, which gives every error and every other decision: JWTs, unknown or foreign task
+ids, role or delegation rights, tasks awaiting input, a token whose last use is due to be
+recorded, or a row this connection cannot see.
+
+PostgreSQL only, and only under a server process (one long-lived event loop, which the pool
+belongs to); ``MCPTASKS_FAST_TASKS_GET`` turns it off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import connections
+from django.utils import timezone
+
+from mcptasks import access, limits, metrics, wire
+from mcptasks.auth import MCP_SCOPE, AuthError, verify_token
+from mcptasks.models import ApiToken, Task, TaskState
+from mcptasks.protocol.call import Call
+from mcptasks.protocol.handlers import gate
+
+log = logging.getLogger(__name__)
+
+
+def _in_model_order(model: Any, names: set[str]) -> tuple[str, ...]:
+    """Attribute names in the model's field order (what ``Model.from_db`` expects)."""
+    return tuple(f.attname for f in model._meta.concrete_fields if f.attname in names)
+
+
+TOKEN_FIELDS = _in_model_order(
+    ApiToken,
+    {"id", "user_id", "tenant_id", "secret_hash", "scopes", "expires_at", "revoked_at"}
+    | {"last_used_at"},
+)
+TASK_FIELDS = _in_model_order(
+    Task,
+    {
+        "id",
+        "tenant_id",
+        "principal_id",
+        "state",
+        "status_message",
+        "result",
+        "error",
+        "ttl_ms",
+        "poll_interval_ms",
+        "created_at",
+        "updated_at",
+        "version",
+    },
+)
+
+
+def _columns(model: Any, alias: str, names: tuple[str, ...]) -> list[str]:
+    return [f'{alias}."{model._meta.get_field(name.removesuffix("_id")).column}"' for name in names]
+
+
+def _statement() -> str:
+    user_model = get_user_model()
+    token_table, task_table = ApiToken._meta.db_table, Task._meta.db_table
+    user_pk = user_model._meta.pk.column  # type: ignore[union-attr]
+    columns = [
+        *_columns(ApiToken, "t", TOKEN_FIELDS),
+        f'u."{user_model._meta.get_field("is_active").column}"',
+        *_columns(Task, "k", TASK_FIELDS),
+    ]
+    # Identifiers come from model metadata; the values are bound parameters.
+    return (
+        f"SELECT {', '.join(columns)} "  # noqa: S608
+        f'FROM "{token_table}" t '
+        f'JOIN "{user_model._meta.db_table}" u ON u."{user_pk}" = t."user_id" '
+        f'LEFT JOIN "{task_table}" k ON k."id" = %(task)s '
+        f'WHERE t."lookup" = %(lookup)s'
+    )
+
+
+class _Pool:
+    """One async connection pool per process, bound to the server's event loop."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.pool: Any = None
+        self.statement = ""
+
+    async def get(self) -> Any:
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:
+            from psycopg_pool import AsyncConnectionPool
+
+            params = dict(connections["default"].get_connection_params())
+            for key in ("cursor_factory", "context"):
+                params.pop(key, None)
+            # The wire timestamps are UTC ("Z"), like the ORM's.
+            params["options"] = f"{params.get('options', '')} -c TimeZone=UTC".strip()
+            params["autocommit"] = True  # one statement: no BEGIN/COMMIT round trips
+            self.statement = _statement()
+            self.loop = loop
+            self.pool = AsyncConnectionPool(
+                kwargs=params,
+                min_size=1,
+                max_size=settings.MCPTASKS_FAST_TASKS_GET_POOL_MAX,
+                timeout=10,
+                open=False,
+                name="mcptasks-fast-get",
+            )
+            await self.pool.open(wait=False)
+        return self.pool
+
+
+_pool = _Pool()
+
+
+def enabled() -> bool:
+    return bool(settings.MCPTASKS_FAST_TASKS_GET) and _on_postgresql()
+
+
+@functools.cache
+def _on_postgresql() -> bool:
+    return connections["default"].vendor == "postgresql"
+
+
+async def _read(lookup: str, task_id: str) -> tuple[Any, ...] | None:
+    """The row, or None — also when this pool cannot reach the database: the general path then
+    answers (or reports the outage) with the ORM's connection."""
+    import psycopg
+    from psycopg_pool import PoolTimeout
+
+    try:
+        pool = await _pool.get()
+        async with pool.connection() as connection:
+            cursor = await connection.execute(_pool.statement, {"lookup": lookup, "task": task_id})
+            return await cursor.fetchone()  # type: ignore[no-any-return]
+    except (psycopg.Error, PoolTimeout):
+        log.warning("fast tasks/get unavailable; answering on the general path", exc_info=True)
+        return None
+
+
+def _objects(row: tuple[Any, ...]) -> tuple[ApiToken, Any, Task] | None:
+    """Token (with its user) and task from the row; None if the row has no task."""
+    n = len(TOKEN_FIELDS)
+    task_values = row[n + 1 :]
+    if task_values[0] is None:
+        return None
+    token = ApiToken.from_db("default", list(TOKEN_FIELDS), row[:n])
+    user = get_user_model().from_db("default", ["id", "is_active"], [token.user_id, row[n]])
+    token.user = user
+    task = Task.from_db("default", list(TASK_FIELDS), task_values)
+    return token, user, task
+
+
+def _touch_due(token: ApiToken) -> bool:
+    interval = timedelta(seconds=settings.MCPTASKS_TOKEN_LAST_USED_INTERVAL_S)
+    return token.last_used_at is None or timezone.now() - token.last_used_at >= interval
+
+
+async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | None:
+    """The ``tasks/get`` result, or None when the general path must answer."""
+    kind, _, credential = (authorization or "").partition(" ")
+    parts = ApiToken.split(credential.strip()) if kind.lower() == "bearer" else None
+    task_id = call.params.get("taskId")
+    if parts is None or not isinstance(task_id, str) or not task_id or len(task_id) > 64:
+        return None
+    with metrics.TASKS_GET_SECONDS.time():
+        row = await _read(parts[0], task_id)
+        found = _objects(row) if row is not None else None
+        if found is None:
+            return None
+        token, user, task = found
+        try:
+            verify_token(token, parts[1], MCP_SCOPE)
+        except AuthError:
+            return None
+        if _touch_due(token) or task.state == TaskState.AWAITING_INPUT:
+            return None
+        if access.decide_without_queries(user, access.Action.VIEW, task) is not access.ALLOW:
+            return None
+        gate(call.method, call.params, call.capabilities)
+        await limits.check_poll_async(
+            principal_id=user.pk,
+            task_id=task.pk,
+            poll_interval_ms=task.poll_interval_ms,
+            version=task.version,
+        )
+        metrics.TASKS_GET_PATH.labels(path="fast").inc()
+        return {"resultType": "complete", **wire.detailed_task(task, [])}
