@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 
 from mcptasks.models import ApiToken, Membership, Role, Tenant
 from mcptasks.oauth import JwtRejected, jwt_configured, validate_jwt
@@ -50,12 +51,72 @@ def authenticate_bearer(authorization: str | None, *, scope: str = MCP_SCOPE) ->
             return _principal_from_jwt(credential.strip(), scope)
         raise AuthError(401, "invalid_token", "The token is malformed")
     lookup, secret = parts
-    token = ApiToken.objects.select_related("user", "tenant").filter(lookup=lookup).first()
+    token = _load_token(lookup)
     if token is None:
         raise AuthError(401, "invalid_token", "The token is invalid")
     verify_token(token, secret, scope)
     token.touch()
     return Principal(user=token.user, tenant=token.tenant, token=token)
+
+
+def _load_token(lookup: str) -> ApiToken | None:
+    """The token with its user and tenant, in one prepared statement: what
+    ``ApiToken.objects.select_related("user", "tenant").filter(lookup=lookup).first()`` loads,
+    without compiling that query on every request."""
+    statement, parts = _token_statement(connection.alias)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [lookup])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    loaded, start = [], 0
+    for model, attnames, converters in parts:
+        values = list(row[start : start + len(attnames)])
+        start += len(attnames)
+        for index, convert in converters:
+            values[index] = convert(values[index])
+        loaded.append(model.from_db(connection.alias, attnames, values))
+    token, user, tenant = loaded
+    token.user, token.tenant = user, tenant
+    return token  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _token_statement(alias: str) -> tuple[str, list[tuple[Any, list[str], list[Any]]]]:
+    """The statement, and per model its field names and the converters the ORM would apply to
+    each column (the backend's, then the field's) — as ``SQLCompiler.get_converters`` does."""
+    user_model = get_user_model()
+    tables: list[tuple[Any, str]] = [(ApiToken, "t"), (user_model, "u"), (Tenant, "n")]
+    columns, parts = [], []
+    for model, alias_ in tables:
+        fields = list(model._meta.concrete_fields)
+        converters = []
+        for index, field in enumerate(fields):
+            col = field.get_col(alias_)
+            chain = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+            if chain:
+                converters.append((index, _converter(chain, col)))
+        columns += [f'{alias_}."{field.column}"' for field in fields]
+        parts.append((model, [field.attname for field in fields], converters))
+    user_pk = user_model._meta.pk.column  # type: ignore[union-attr]
+    # Identifiers come from model metadata; the lookup is a bound parameter.
+    statement = (
+        f"SELECT {', '.join(columns)} "  # noqa: S608
+        f'FROM "{ApiToken._meta.db_table}" t '
+        f'JOIN "{user_model._meta.db_table}" u ON u."{user_pk}" = t."user_id" '
+        f'JOIN "{Tenant._meta.db_table}" n ON n."id" = t."tenant_id" '
+        f'WHERE t."lookup" = %s'
+    )
+    return statement, parts
+
+
+def _converter(chain: list[Any], col: Any) -> Any:
+    def convert(value: Any) -> Any:
+        for step in chain:
+            value = step(value, col, connection)
+        return value
+
+    return convert
 
 
 def verify_token(token: ApiToken, secret: str, scope: str) -> None:

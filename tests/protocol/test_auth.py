@@ -252,3 +252,22 @@ def test_serve_allows_loopback_in_conformance_mode(settings, host: str, monkeypa
     )
     call_command("serve", host=host, port=8123, no_worker=True)
     assert started and started[-1][:2] == ["-b", host]
+
+
+@pytest.mark.django_db
+def test_the_token_statement_loads_what_the_orm_loads(cast):
+    from mcptasks.auth import _load_token
+
+    token = ApiToken.objects.get(user=cast["olga"]["user"])
+    token.expires_at = timezone.now() + timedelta(days=3)
+    token.last_used_at = timezone.now()
+    token.scopes = ["mcp", "dashboard"]
+    token.save()
+    orm = ApiToken.objects.select_related("user", "tenant").get(lookup=token.lookup)
+    loaded = _load_token(token.lookup)
+    assert loaded is not None
+    for left, right in ((orm, loaded), (orm.user, loaded.user), (orm.tenant, loaded.tenant)):
+        for field in type(left)._meta.concrete_fields:
+            assert getattr(left, field.attname) == getattr(right, field.attname), field.name
+    assert loaded.scopes == ["mcp", "dashboard"]
+    assert _load_token("nosuchlookup") is None
