@@ -103,17 +103,48 @@ def hey(
         "p50_ms": float(p50.group(1)) * 1000 if p50 else float("nan"),
         "p99_ms": float(p99.group(1)) * 1000 if p99 else float("nan"),
         "non_200": sum(int(n) for code, n in codes.items() if code != "200"),
+        "ok_200": int(codes.get("200", 0)),
     }
 
 
-def best_of(runs: int, measure: Any) -> dict[str, float]:
-    results = [measure() for _ in range(runs)]
+def summary(results: list[dict[str, float]]) -> dict[str, float]:
     return {
         "rps": median([r["rps"] for r in results]),
         "p50_ms": median([r["p50_ms"] for r in results]),
         "p99_ms": median([r["p99_ms"] for r in results]),
         "non_200": sum(r["non_200"] for r in results),
+        "ok_200": sum(r["ok_200"] for r in results),
+        "runs": len(results),
     }
+
+
+def interleaved(runs: int, ours: Any, floor: Any) -> tuple[dict[str, float], dict[str, float]]:
+    """Median of ``runs`` alternating measurements of ours and the floor: drift on a shared
+    machine hits both alike."""
+    mine, floors = [], []
+    for _ in range(runs):
+        mine.append(ours())
+        floors.append(floor())
+    return summary(mine), summary(floors)
+
+
+def answer(url: str, payload: bytes, headers: dict[str, str]) -> dict[str, Any]:
+    """One request, checked: the load generator counts only status codes."""
+    import httpx
+
+    reply = httpx.post(url, content=payload, headers=headers, timeout=10)
+    data = reply.json()
+    if reply.status_code != 200 or "result" not in data:
+        raise SystemExit(f"bench: {url} answered {reply.status_code} {data}")
+    return data["result"]  # type: ignore[no-any-return]
+
+
+def answered_by(url: str) -> dict[str, float]:
+    import httpx
+
+    text = httpx.get(url + "/metrics", timeout=10).text
+    found = re.findall(r'^mcptasks_tasks_get_total\{path="(\w+)"\} (\S+)$', text, re.M)
+    return {path: float(count) for path, count in found}
 
 
 def mcp_headers(token: str, method: str, name: str) -> dict[str, str]:
@@ -198,23 +229,30 @@ def run_http(
     try:
         get_body = body("tasks/get", {"taskId": task_id})
         get_headers = mcp_headers(token, "tasks/get", task_id)
+        got = answer(ours_url + "/mcp", get_body, get_headers)
+        if got.get("taskId") != task_id or got.get("status") != "completed":
+            raise SystemExit(f"bench: tasks/get answered {got}")
         hey(ours_url + "/mcp", body=get_body, headers=get_headers, seconds=2)  # warm-up
         hey(floor_url + "/get", seconds=2)
-        b1 = best_of(
+        paths_before = answered_by(ours_url)
+        b1, b1_floor = interleaved(
             runs,
             lambda: hey(ours_url + "/mcp", body=get_body, headers=get_headers, seconds=seconds),
+            lambda: hey(floor_url + "/get", seconds=seconds),
         )
-        b1_floor = best_of(runs, lambda: hey(floor_url + "/get", seconds=seconds))
-        b1_open = best_of(
-            runs,
-            lambda: hey(
-                ours_url + "/mcp",
-                body=get_body,
-                headers=get_headers,
-                seconds=seconds,
-                concurrency=16,
-                rate=b1["rps"] / 2,
-            ),
+        paths = answered_by(ours_url)
+        b1_open = summary(
+            [
+                hey(
+                    ours_url + "/mcp",
+                    body=get_body,
+                    headers=get_headers,
+                    seconds=seconds,
+                    concurrency=8,
+                    rate=b1["rps"] / 2,
+                )
+                for _ in range(runs)
+            ]
         )
         label = f"tasks_{extra_tasks + 1}"
         results.setdefault("B1", {})[label] = {
@@ -222,18 +260,30 @@ def run_http(
             "floor": b1_floor,
             "open_loop_50pct": b1_open,
             "ratio": b1["rps"] / b1_floor["rps"],
+            "answered_by": {k: v - paths_before.get(k, 0) for k, v in paths.items()},
         }
         if create:
+            from mcptasks.models import Task
+
             call_body = body("tools/call", {"name": "echo_task", "arguments": {"text": "x"}})
             call_headers = mcp_headers(token, "tools/call", "echo_task")
-            b2 = best_of(
+            if answer(ours_url + "/mcp", call_body, call_headers).get("resultType") != "task":
+                raise SystemExit("bench: tools/call echo_task did not create a task")
+            tasks_before = Task.objects.count()
+            b2, b2_floor = interleaved(
                 runs,
                 lambda: hey(
                     ours_url + "/mcp", body=call_body, headers=call_headers, seconds=seconds
                 ),
+                lambda: hey(floor_url + "/insert", seconds=seconds),
             )
-            b2_floor = best_of(runs, lambda: hey(floor_url + "/insert", seconds=seconds))
-            results["B2"] = {"ours": b2, "floor": b2_floor, "ratio": b2["rps"] / b2_floor["rps"]}
+            results["B2"] = {
+                "ours": b2,
+                "floor": b2_floor,
+                "ratio": b2["rps"] / b2_floor["rps"],
+                # every 200 answer must be a committed task (hey counts only status codes)
+                "tasks_created": Task.objects.count() - tasks_before,
+            }
     finally:
         for process in (ours, floor):
             process.terminate()

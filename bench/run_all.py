@@ -47,14 +47,17 @@ def main() -> None:
         b1 = hot["B1"]["tasks_1000"]
         print(
             f"B1 tasks/get          {b1['ours']['rps']:8.0f} req/s vs floor "
-            f"{b1['floor']['rps']:8.0f} → {b1['ratio']:.0%} (target ≥ 50%); p99 at 50% load "
-            f"{b1['open_loop_50pct']['p99_ms']:.1f} ms (target < 25 ms)"
+            f"{b1['floor']['rps']:8.0f} → {b1['ratio']:.0%} (target ≥ 50%); at 50% load "
+            f"p50 {b1['open_loop_50pct']['p50_ms']:.1f} ms, "
+            f"p99 {b1['open_loop_50pct']['p99_ms']:.1f} ms (target < 25 ms); "
+            f"answered by {b1.get('answered_by')}"
         )
         if "B2" in hot:
             b2 = hot["B2"]
             print(
                 f"B2 tools/call→task    {b2['ours']['rps']:8.0f} req/s vs floor "
-                f"{b2['floor']['rps']:8.0f} → {b2['ratio']:.0%} (target ≥ 25%)"
+                f"{b2['floor']['rps']:8.0f} → {b2['ratio']:.0%} (target ≥ 25%); "
+                f"{b2['tasks_created']} tasks committed for {b2['ours']['ok_200']} answers"
             )
         b4 = hot["B4_tasks_get"]
         print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcptasks.settings")
@@ -13,3 +14,7 @@ django_application = get_asgi_application()
 from mcptasks.protocol.app import build_application  # noqa: E402
 
 application = build_application(django_application)
+
+# What start-up built (Django, the models, the tool registry) lives as long as the process: move
+# it out of the collector's generations so no collection walks it again on the request path.
+gc.freeze()

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 from mcptasks import access, limits, metrics, wire
@@ -154,11 +155,20 @@ def _objects(row: tuple[Any, ...]) -> tuple[ApiToken, Any, Task] | None:
     task_values = row[n + 1 :]
     if task_values[0] is None:
         return None
-    token = ApiToken.from_db("default", list(TOKEN_FIELDS), row[:n])
-    user = get_user_model().from_db("default", ["id", "is_active"], [token.user_id, row[n]])
+    token = _instance(ApiToken, TOKEN_FIELDS, row[:n])
+    user = _instance(get_user_model(), ("id", "is_active"), (token.user_id, row[n]))
     token.user = user
-    task = Task.from_db("default", list(TASK_FIELDS), task_values)
-    return token, user, task
+    return token, user, _instance(Task, TASK_FIELDS, task_values)
+
+
+def _instance(model: Any, names: tuple[str, ...], values: Any) -> Any:
+    """What ``model.from_db`` builds from these columns (the others deferred), without its
+    pass over every field of the model."""
+    instance = model.__new__(model)
+    instance._state = ModelState()
+    instance._state.adding, instance._state.db = False, "default"
+    instance.__dict__.update(zip(names, values, strict=True))
+    return instance
 
 
 def _touch_due(token: ApiToken) -> bool:
