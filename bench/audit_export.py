@@ -257,7 +257,9 @@ def main() -> None:
 
 
 def run_exports(url: str, verify: bool) -> None:
-    """Export everything as JSONL, then CSV, each in a fresh child process; print figures."""
+    """Export everything as JSONL, then CSV, each in a fresh child process; print figures and
+    write them to bench/results/audit_export.json."""
+    figures = {}
     for fmt in ("jsonl", "csv"):
         out = f"/tmp/audit-bench-{os.getpid()}.{fmt}"  # noqa: S108 - a scratch file, removed
         command = [sys.executable, __file__, "--export-child", url, fmt, out]
@@ -286,6 +288,10 @@ def run_exports(url: str, verify: bool) -> None:
                 f"({'verified' if result['verified'] else 'FAILED'})"
             )
         print(line, flush=True)
+        figures[fmt] = {**result, "met": verdict == "ok"}
+    results = Path(__file__).resolve().parent / "results"
+    results.mkdir(exist_ok=True)
+    (results / "audit_export.json").write_text(json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

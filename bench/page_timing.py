@@ -397,6 +397,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--database", help="time an already seeded (--keep) database")
+    parser.add_argument("--out", default="page_timing.json", help="results file in bench/results")
     options = parser.parse_args()
     with _database(options) as url:
         setup_django(url)
@@ -433,7 +434,7 @@ def main() -> None:
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     print(f"machine: {load}")
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "page_timing.json"
+    out = RESULTS / options.out
     out.write_text(
         json.dumps(
             {

@@ -32,9 +32,20 @@ def main() -> None:
         "hot": run(["bench/hot_paths.py"]),
         "streams": run(["bench/streams.py"]),
     }
-    for script in ("bench/audit_export.py", "bench/page_timing.py"):
-        if (REPO / script).exists():
-            ok[script] = run([script])
+    ok["audit_export"] = run(["bench/audit_export.py"])
+    # B4 pages: the same pages on 1,000 tasks / 10,000 events and on 100,000 / 1,000,000.
+    ok["pages_small"] = run(
+        [
+            "bench/page_timing.py",
+            "--tasks",
+            "1000",
+            "--events",
+            "10000",
+            "--out",
+            "page_timing_1000.json",
+        ]
+    )
+    ok["pages_large"] = run(["bench/page_timing.py"])
     print("\n== mcptasks benchmarks")
     print(
         f"python {platform.python_version()}, uvicorn {metadata.version('uvicorn')}, "
@@ -84,6 +95,26 @@ def main() -> None:
                     f"B3 {kind:8} leak check: "
                     f"{'pass' if data['leak']['within_10_percent'] else 'FAIL'}"
                 )
+    export_file = RESULTS / "audit_export.json"
+    if ok["audit_export"] and export_file.exists():
+        for fmt, row in json.loads(export_file.read_text()).items():
+            print(
+                f"B5 audit export {fmt:5} {row['events_per_s']:8.0f} events/s (target ≥ 50,000), "
+                f"peak RSS {row['peak_rss_mb']:.0f} MB (target < 150 MB) for "
+                f"{row['events']:,} events"
+            )
+    small_file, large_file = RESULTS / "page_timing_1000.json", RESULTS / "page_timing.json"
+    if ok["pages_small"] and ok["pages_large"]:
+        small = {p["page"]: p for p in json.loads(small_file.read_text())["pages"]}
+        for page in json.loads(large_file.read_text())["pages"]:
+            base = small.get(page["page"])
+            if base is None:
+                continue
+            print(
+                f"B4 page {page['page']:38} {page['median_ms']:6.1f} ms at 100,000 tasks vs "
+                f"{base['median_ms']:6.1f} ms at 1,000 → {page['median_ms'] / base['median_ms']:.2f}× "
+                "(target ≤ 1.2×)"
+            )
     print(
         f"total {time.monotonic() - started:.0f} s; failed: "
         f"{[name for name, passed in ok.items() if not passed] or 'none'}"
