@@ -252,6 +252,23 @@ def test_redis_bucket_is_shared_by_the_event_loop_and_thread_callers():
     bucket.reset()
 
 
+@pytest.mark.redis
+def test_the_event_loop_bucket_survives_a_redis_that_forgot_the_script():
+    import asyncio
+
+    bucket = limits.RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+    bucket.reset()
+
+    async def twice() -> list[float]:
+        first = await bucket.take_async("poll:test-noscript", 0.001, 1)
+        bucket._client.script_flush()  # as after a Redis restart
+        return [first, await bucket.take_async("poll:test-noscript", 0.001, 1)]
+
+    first, second = asyncio.run(twice())
+    assert first == 0 and second > 0  # the second call ran the script and was throttled
+    bucket.reset()
+
+
 def test_memory_bucket_answers_the_event_loop_caller_from_the_same_state():
     import asyncio
 
