@@ -57,9 +57,10 @@ def record(
     payload = redact(
         data or {}, sensitive_keys=sensitive_keys, max_bytes=settings.MCPTASKS_AUDIT_MAX_DATA_BYTES
     )
-    with transaction.atomic():
-        ChainHead.objects.get_or_create(chain=chain)
-        head = ChainHead.objects.select_for_update().get(chain=chain)
+    # No savepoint: an event that cannot be written must undo the change it records, so a
+    # failure here dooms the enclosing transaction (and two round trips are saved).
+    with transaction.atomic(savepoint=False):
+        head = _locked_head(chain)
         now = timezone.now()
         seq = head.seq + 1
         body = event_body(
@@ -93,3 +94,12 @@ def record(
         )
         ChainHead.objects.filter(chain=chain).update(seq=seq, hash=digest, updated_at=now)
     return event
+
+
+def _locked_head(chain: str) -> ChainHead:
+    """The chain's head row, locked until commit; created by the chain's first event."""
+    head = ChainHead.objects.select_for_update().filter(chain=chain).first()
+    if head is None:
+        ChainHead.objects.get_or_create(chain=chain)  # a concurrent first event may win
+        head = ChainHead.objects.select_for_update().get(chain=chain)
+    return head
