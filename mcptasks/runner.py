@@ -91,9 +91,17 @@ class TaskContext(ToolContext):
         self.recorded_log: list[str] = list(task.step_log or [])
         self.sequence: list[str] = []
         self.keys: set[str] = set()
-        self.steps = {s.key: s for s in TaskStep.objects.filter(task_id=task.pk)}
+        # A step or an effect is written only after its entry in the step log (see _step), so
+        # a task with an empty log — every first run — has none to load. Inputs may have been
+        # answered before the task existed.
+        replaying = bool(self.recorded_log)
+        self.steps = (
+            {s.key: s for s in TaskStep.objects.filter(task_id=task.pk)} if replaying else {}
+        )
         self.inputs = {r.key: r for r in InputRequest.objects.filter(task_id=task.pk)}
-        self.effects = {e.step: e for e in Effect.objects.filter(task_id=task.pk)}
+        self.effects = (
+            {e.step: e for e in Effect.objects.filter(task_id=task.pk)} if replaying else {}
+        )
         self.counters: dict[str, int] = {}
         self.last_report = 0.0
         # A rule the tool broke (divergence, key reuse): raised again by every later ctx call
@@ -333,34 +341,78 @@ class TaskContext(ToolContext):
         raise Suspend()
 
 
+class _LeaseRenewer:
+    """One daemon thread per process that renews the lease of every attempt running in it.
+
+    Starting and joining a thread per attempt cost a no-op task about as much as its own run;
+    registering with a thread that already runs costs a dict entry.
+    """
+
+    def __init__(self) -> None:
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self.changed = threading.Condition()
+        # (task id, attempt) -> (next renewal due, interval), on the monotonic clock
+        self.due: dict[tuple[str, int], tuple[float, float]] = {}
+        self.thread: threading.Thread | None = None
+
+    def add(self, task_id: str, attempt: int) -> None:
+        interval = max(min(settings.MCPTASKS_LEASE_RENEW_S, settings.MCPTASKS_LEASE_S / 3), 0.5)
+        with self.changed:
+            self.due[(task_id, attempt)] = (time.monotonic() + interval, interval)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self._loop, daemon=True, name="mcptasks-lease-renewer"
+                )
+                self.thread.start()
+            self.changed.notify()
+
+    def discard(self, task_id: str, attempt: int) -> None:
+        with self.changed:
+            self.due.pop((task_id, attempt), None)
+
+    def _next_batch(self) -> list[tuple[str, int]]:
+        """Wait until some leases are due; return them, already rescheduled."""
+        with self.changed:
+            while True:
+                now = time.monotonic()
+                ready = [key for key, (at, _) in self.due.items() if at <= now]
+                if ready:
+                    for key in ready:
+                        self.due[key] = (now + self.due[key][1], self.due[key][1])
+                    return ready
+                soonest = min((at for at, _ in self.due.values()), default=None)
+                self.changed.wait(None if soonest is None else soonest - now)
+
+    def _loop(self) -> None:
+        while True:
+            for task_id, attempt in self._next_batch():
+                try:
+                    lifecycle.task_renew_lease(task_id=task_id, attempt=attempt)
+                except lifecycle.LifecycleError:
+                    self.discard(task_id, attempt)  # finished, cancelled or fenced off
+                except Exception:
+                    log.warning("lease renewal failed", exc_info=True)
+            close_old_connections()
+
+
+_renewer = _LeaseRenewer()
+
+
 class LeaseKeeper:
     """Renews the lease of a running attempt in the background while a step runs."""
 
     def __init__(self, task_id: str, attempt: int) -> None:
         self.task_id, self.attempt = task_id, attempt
-        self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True, name=f"lease-{task_id[:8]}")
-
-    def _loop(self) -> None:
-        interval = max(min(settings.MCPTASKS_LEASE_RENEW_S, settings.MCPTASKS_LEASE_S / 3), 0.5)
-        try:
-            while not self.stopped.wait(interval):
-                try:
-                    lifecycle.task_renew_lease(task_id=self.task_id, attempt=self.attempt)
-                except lifecycle.LifecycleError:
-                    return
-                except Exception:
-                    log.warning("lease renewal failed", exc_info=True)
-        finally:
-            close_old_connections()
 
     def __enter__(self) -> LeaseKeeper:
-        self.thread.start()
+        _renewer.add(self.task_id, self.attempt)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stopped.set()
-        self.thread.join(timeout=5)
+        _renewer.discard(self.task_id, self.attempt)
 
 
 def run_task(task_id: str, worker: str | None = None) -> str | None:
