@@ -18,8 +18,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Q, Value
-from django.db.models.functions import Now
+from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Subquery, Value
+from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from audit.record import Actor, record
@@ -36,6 +36,7 @@ from mcptasks.models import (
     Task,
     TaskState,
     TaskStep,
+    Tenant,
 )
 
 log = logging.getLogger(__name__)
@@ -246,7 +247,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
         existing = _existing_for_key(spec, now)
         if existing is not None:
             return existing, False
-    _check_active_limits(spec)
+    tenant = _check_active_limits(spec)
     try:
         with transaction.atomic():
             task = Task.objects.create(
@@ -258,7 +259,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
                 argument_digest=digest(spec.arguments),
                 server_build=settings.MCPTASKS_SERVER_BUILD,
                 policy_revision=spec.policy_revision,
-                state=S.QUEUED,
+                state=S.QUEUED.value,
                 ttl_ms=spec.ttl_ms,
                 poll_interval_ms=spec.poll_interval_ms,
                 created_at=now,
@@ -267,7 +268,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
                 client_capabilities=spec.client_capabilities,
                 creation_key=spec.creation_key,
             )
-            task = Task.objects.select_related("tenant").get(pk=task.pk)
+            task.tenant = tenant  # every other field is as inserted: no column has a DB default
             for answered in spec.answered_inputs:
                 InputRequest.objects.create(
                     task=task,
@@ -341,23 +342,41 @@ def _existing_for_key(spec: NewTask, now: datetime) -> Task | None:
     return existing
 
 
-def _check_active_limits(spec: NewTask) -> None:
+def _active_count(**where: Any) -> Coalesce:
+    """A subquery counting the active (non-terminal) tasks that match ``where``."""
+    rows = (
+        Task.objects.filter(state__in=ACTIVE_STATES, **where)
+        .order_by()
+        .values(*where)
+        .annotate(active=Count("pk"))
+        .values("active")
+    )
+    return Coalesce(Subquery(rows), 0)
+
+
+def _check_active_limits(spec: NewTask) -> Tenant:
     """Active (non-terminal) tasks per principal and per tenant. Checked by count at creation,
-    so concurrent creations may overshoot by at most the number of requests in flight."""
-    active = Task.objects.filter(state__in=ACTIVE_STATES)
+    so concurrent creations may overshoot by at most the number of requests in flight.
+
+    Returns the task's tenant, read in the same query as both counts."""
+    tenant = Tenant.objects.annotate(
+        active_of_principal=_active_count(principal_id=spec.principal_id),
+        active_of_tenant=_active_count(tenant_id=spec.tenant_id),
+    ).get(pk=spec.tenant_id)
     limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL
-    if active.filter(principal_id=spec.principal_id).count() >= limit:
+    if tenant.active_of_principal >= limit:
         raise LimitExceeded(
             f"Too many active tasks for this principal: the limit is {limit} "
             "(MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL); wait for some to finish "
             "or cancel them"
         )
     limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT
-    if active.filter(tenant_id=spec.tenant_id).count() >= limit:
+    if tenant.active_of_tenant >= limit:
         raise LimitExceeded(
             f"Too many active tasks for this tenant: the limit is {limit} "
             "(MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT)"
         )
+    return tenant
 
 
 # ---------------------------------------------------------------- worker verbs
