@@ -216,6 +216,17 @@ class Task(models.Model):
             models.Index(fields=["state", "lease_expires_at"], name="task_state_lease"),
             models.Index(fields=["state", "expires_at"], name="task_state_expires"),
             models.Index(fields=["backend_job_id"], name="task_backend_job"),
+            # The active-task limits count only these rows at every creation.
+            models.Index(
+                fields=["principal"],
+                name="task_active_principal",
+                condition=models.Q(state__in=sorted(ACTIVE_STATES)),
+            ),
+            models.Index(
+                fields=["tenant"],
+                name="task_active_tenant",
+                condition=models.Q(state__in=sorted(ACTIVE_STATES)),
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
