@@ -354,6 +354,14 @@ def scrape(server: Server, name: str) -> float | None:
     return float(match.group(1)) if match else None
 
 
+def released(server: Server, fds: int, timeout: float = 30) -> None:
+    """Until the server has let go of closed streams (its descriptors are back to ``fds``),
+    so batches do not pile up: every batch of the leak check peaks at the same 500 streams."""
+    deadline = time.monotonic() + timeout
+    while server.fds() > fds + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def leak_check(server: Server, cast: dict, task_id: str, total: int, clients: int) -> dict:
     listen = request_bytes(
         server.port,
@@ -363,17 +371,23 @@ def leak_check(server: Server, cast: dict, task_id: str, total: int, clients: in
     )
     pool = Clients(clients, server.port, listen)
     try:
+        fds = server.fds()
         pool.open(500)  # warm up: the baseline is a server that has served streams
         pool.close()
+        released(server, fds)
         time.sleep(2)
         before = {
             "fds": server.fds(),
             "rss_kib": server.rss_kib(),
             "loop_tasks": scrape(server, "mcptasks_event_loop_tasks"),
         }
-        for _ in range(0, total, 500):
+        trace = []  # RSS after every 2,000 streams: a leak keeps growing, an allocator levels off
+        for start in range(0, total, 500):
             pool.open(500)
             pool.close()
+            released(server, before["fds"])
+            if (start + 500) % 2000 == 0:
+                trace.append(server.rss_kib())
         time.sleep(3)
         after = {
             "fds": server.fds(),
@@ -391,6 +405,7 @@ def leak_check(server: Server, cast: dict, task_id: str, total: int, clients: in
         "before": before,
         "after": after,
         "within_10_percent": within,
+        "rss_kib_every_2000": trace,
     }
 
 
@@ -437,7 +452,7 @@ def main() -> None:
             rows = []
             leak = None
             try:
-                for count in (int(n) for n in args.streams.split(",")):
+                for count in (int(n) for n in args.streams.split(",") if n):
                     task_id = make_task(cast, args.rounds + 1)
                     rows.append(measure(server, cast, task_id, count, args.rounds, args.clients))
                     print(f"{kind:8} {rows[-1]}", flush=True)

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import close_old_connections
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from mcptasks import access
 from mcptasks.models import TERMINAL_STATES, Task
@@ -166,6 +167,12 @@ class Hub:
                 message = await self.layer.receive(self.channel)
             except asyncio.CancelledError:
                 raise
+            except RedisTimeoutError:
+                # redis-py's default socket timeout (5 s) is channels-redis's blocking-pop
+                # time (5 s), so an idle receive can time out on our side. Messages wait in
+                # Redis until popped: receive again at once, as a pause would delay them.
+                log.debug("channel layer receive timed out while idle; receiving again")
+                continue
             except Exception:
                 log.warning("channel layer receive failed; retrying", exc_info=True)
                 await asyncio.sleep(1)

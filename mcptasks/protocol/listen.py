@@ -15,7 +15,6 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -75,9 +74,9 @@ class Writer:
     stream's later writes queue behind it; other streams are not held up.
     """
 
-    def __init__(self, send: Any, on_failure: Callable[[], None]) -> None:
+    def __init__(self, send: Any, failed: asyncio.Future[None]) -> None:
         self.send = send
-        self.on_failure = on_failure
+        self.failed = failed  # set when a write fails (the stream's own "finished" future)
         self.loop = asyncio.get_running_loop()
         self.pending: deque[dict[str, Any]] = deque()
         self.busy: asyncio.Task[Any] | None = None
@@ -116,7 +115,8 @@ class Writer:
             return True
         self.closed = True
         self.pending.clear()
-        self.on_failure()
+        if not self.failed.done():
+            self.failed.set_result(None)
         return False
 
     async def drain(self) -> None:
@@ -204,7 +204,7 @@ class ListenStream:
         )
         agreed: dict[str, Any] = {} if acked is None else {"taskIds": acked}
         self.finished = asyncio.get_running_loop().create_future()
-        self.writer = writer = Writer(send, self._finish)
+        self.writer = writer = Writer(send, self.finished)
         writer.write(
             sse(
                 {
