@@ -223,7 +223,9 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [CHANNEL_REDIS_URL]},
+            # Longer than channels-redis's 5 s blocking receive, so an idle receive (a listen
+            # hub, a dashboard socket) is not cut by redis-py's socket timeout.
+            "CONFIG": {"hosts": [{"address": CHANNEL_REDIS_URL, "socket_timeout": 15}]},
         }
     }
     MCPTASKS_EMBEDDED_WORKER = False
