@@ -89,6 +89,7 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
         "needs_reconciliation": 50,
         "cancel_stuck": 20,
         "running": 50,
+        "failed": 100,  # a full page of failed tasks for the state filter at any size
     }
     special_at = {
         index: kind
@@ -111,6 +112,7 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
             "needs_reconciliation": "needs_reconciliation",
             "running": "running",
             "cancel_stuck": "running",
+            "failed": "failed",
         }.get(kind or "", rng.choice(states))
         task_id = new_task_id()
         terminal = state in ("completed", "failed", "cancelled")
