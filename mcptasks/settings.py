@@ -323,6 +323,9 @@ MCPTASKS_TOKEN_LAST_USED_INTERVAL_S = 60
 # at most this many connections per web process (PostgreSQL; mcptasks/protocol/fast_get.py).
 MCPTASKS_FAST_TASKS_GET = env_bool("MCPTASKS_FAST_TASKS_GET", default=True)
 MCPTASKS_FAST_TASKS_GET_POOL_MAX = env_int("MCPTASKS_FAST_TASKS_GET_POOL_MAX", 4)
+# Server-side prepared statement for it; turn off behind a pooler that cannot keep prepared
+# statements (PgBouncer in transaction mode before 1.21).
+MCPTASKS_FAST_TASKS_GET_PREPARE = env_bool("MCPTASKS_FAST_TASKS_GET_PREPARE", default=True)
 MCPTASKS_STREAM_KEEPALIVE_S = float(env_str("MCPTASKS_STREAM_KEEPALIVE_S", "15"))
 # Streams re-read unfinished tasks this often: the channel layer delivers at most once.
 MCPTASKS_STREAM_CATCH_UP_S = float(env_str("MCPTASKS_STREAM_CATCH_UP_S", "5"))

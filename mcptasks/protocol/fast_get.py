@@ -107,6 +107,10 @@ class _Pool:
             # The wire timestamps are UTC ("Z"), like the ORM's.
             params["options"] = f"{params.get('options', '')} -c TimeZone=UTC".strip()
             params["autocommit"] = True  # one statement: no BEGIN/COMMIT round trips
+            if settings.MCPTASKS_FAST_TASKS_GET_PREPARE:
+                # The one statement is prepared on each connection once (server-side), so
+                # PostgreSQL stops planning the three-table join on every poll.
+                params["prepare_threshold"] = 0
             self.statement = _statement()
             self.loop = loop
             self.pool = AsyncConnectionPool(
