@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
-from mcptasks.models import ApiToken, Membership, Role, Tenant
+from mcptasks.models import ApiToken, Membership, Role, Tenant, scope_covers
 from mcptasks.oauth import JwtRejected, jwt_configured, validate_jwt
 
 MCP_SCOPE = "mcp"
@@ -128,11 +128,6 @@ def verify_token(token: ApiToken, secret: str, scope: str) -> None:
         raise AuthError(401, "invalid_token", "The token is expired or revoked")
     if not token.has_scope(scope):
         raise AuthError(403, "insufficient_scope", f"The token lacks the {scope!r} scope", scope)
-
-
-def scope_covers(held: list[str], scope: str) -> bool:
-    """Scopes are hierarchical: ``mcp`` covers ``mcp:tasks``."""
-    return any(scope == item or scope.startswith(item + ":") for item in held)
 
 
 def _principal_from_jwt(token: str, scope: str) -> Principal:

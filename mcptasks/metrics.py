@@ -39,6 +39,8 @@ TASKS_GET_PATH = Counter(
     "tasks/get answered, by path: fast (on the event loop) or general (worker thread)",
     ["path"],
 )
+TASKS_GET_FAST = TASKS_GET_PATH.labels(path="fast")
+TASKS_GET_GENERAL = TASKS_GET_PATH.labels(path="general")
 THROTTLED = Counter("mcptasks_throttled_total", "Requests answered 429", ["kind"])
 MISSING_MCP_NAME = Counter(
     "mcptasks_missing_mcp_name_total", "tasks/* requests without Mcp-Name (tolerated, PROTOCOL §9)"

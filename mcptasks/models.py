@@ -57,6 +57,11 @@ class Membership(models.Model):
 TOKEN_PREFIX = "mcpt"
 
 
+def scope_covers(held: list[str], scope: str) -> bool:
+    """Scopes are hierarchical: ``mcp`` covers ``mcp:tasks`` and ``mcp:tools``."""
+    return any(scope == item or scope.startswith(item + ":") for item in held)
+
+
 def hash_secret(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
@@ -128,10 +133,7 @@ class ApiToken(models.Model):
         return self.expires_at is None or self.expires_at > now
 
     def has_scope(self, scope: str) -> bool:
-        """Scopes are hierarchical: ``mcp`` covers ``mcp:tasks`` and ``mcp:tools``."""
-        from mcptasks.auth import scope_covers
-
-        return scope_covers(list(self.scopes), scope)
+        return scope_covers(self.scopes, scope)
 
     def touch(self, now: datetime | None = None) -> None:
         """Record use at most once per interval: one conditional UPDATE, never on every request."""

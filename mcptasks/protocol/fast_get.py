@@ -208,5 +208,5 @@ async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | N
             poll_interval_ms=task.poll_interval_ms,
             version=task.version,
         )
-        metrics.TASKS_GET_PATH.labels(path="fast").inc()
+        metrics.TASKS_GET_FAST.inc()
         return {"resultType": "complete", **wire.detailed_task(task, [])}

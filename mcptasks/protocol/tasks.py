@@ -50,7 +50,7 @@ def detailed_for(
 @metrics.TASKS_GET_SECONDS.time()
 def handle_tasks_get(call: Call) -> dict[str, Any]:
     """The general path (see protocol/fast_get.py for the event-loop one)."""
-    metrics.TASKS_GET_PATH.labels(path="general").inc()
+    metrics.TASKS_GET_GENERAL.inc()
     task = _visible_task(call)
     limits.check_poll(
         principal_id=call.principal.user.pk,
