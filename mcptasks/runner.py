@@ -91,17 +91,11 @@ class TaskContext(ToolContext):
         self.recorded_log: list[str] = list(task.step_log or [])
         self.sequence: list[str] = []
         self.keys: set[str] = set()
-        # A step or an effect is written only after its entry in the step log (see _step), so
-        # a task with an empty log — every first run — has none to load. Inputs may have been
-        # answered before the task existed.
-        replaying = bool(self.recorded_log)
-        self.steps = (
-            {s.key: s for s in TaskStep.objects.filter(task_id=task.pk)} if replaying else {}
-        )
+        # Loaded on every run, first runs too: an effect recorded as intended must be found
+        # whatever else was recorded, or a non-idempotent effect could run twice.
+        self.steps = {s.key: s for s in TaskStep.objects.filter(task_id=task.pk)}
         self.inputs = {r.key: r for r in InputRequest.objects.filter(task_id=task.pk)}
-        self.effects = (
-            {e.step: e for e in Effect.objects.filter(task_id=task.pk)} if replaying else {}
-        )
+        self.effects = {e.step: e for e in Effect.objects.filter(task_id=task.pk)}
         self.counters: dict[str, int] = {}
         self.last_report = 0.0
         # A rule the tool broke (divergence, key reuse): raised again by every later ctx call

@@ -321,3 +321,24 @@ def test_round_two_is_bound_to_its_principal_and_validated(mcp, mcp_for):
     )
     assert bad.error["code"] == -32602 and "'user_name'" in bad.error["message"]
     assert Task.objects.count() == 0
+
+
+def test_an_intended_effect_is_found_even_without_a_step_log(make_task, probes):
+    """The runner never re-runs a non-idempotent effect whose intent is recorded, whatever else
+    was recorded before the crash (here: no step log at all)."""
+    from mcptasks import lifecycle, runner
+
+    task = make_task(tool_name="cancel_probe", arguments={"call": "effect"})
+    claimed = lifecycle.task_claim(task_id=task.pk, worker="doomed-worker")
+    lifecycle.task_effect_intended(
+        task_id=task.pk,
+        attempt=claimed.attempt,
+        step="side",
+        idempotency_key=f"{task.pk}:side",
+        idempotent=False,
+    )
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=1))
+    lifecycle.task_requeue(task_id=task.pk)
+    assert Task.objects.get(pk=task.pk).step_log == []
+    assert runner.run_task(task.pk) == TaskState.NEEDS_RECONCILIATION
+    assert probes.EFFECT_CALLS["side"] == 0
