@@ -135,12 +135,17 @@ class ApiToken(models.Model):
     def has_scope(self, scope: str) -> bool:
         return scope_covers(self.scopes, scope)
 
+    def touch_due(self, now: datetime) -> bool:
+        """Is this use to be recorded (none recorded within the interval)?"""
+        interval = timedelta(seconds=settings.MCPTASKS_TOKEN_LAST_USED_INTERVAL_S)
+        return self.last_used_at is None or now - self.last_used_at >= interval
+
     def touch(self, now: datetime | None = None) -> None:
         """Record use at most once per interval: one conditional UPDATE, never on every request."""
         now = now or timezone.now()
-        interval = timedelta(seconds=settings.MCPTASKS_TOKEN_LAST_USED_INTERVAL_S)
-        if self.last_used_at is not None and now - self.last_used_at < interval:
+        if not self.touch_due(now):
             return
+        interval = timedelta(seconds=settings.MCPTASKS_TOKEN_LAST_USED_INTERVAL_S)
         ApiToken.objects.filter(pk=self.pk).filter(
             models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=now - interval)
         ).update(last_used_at=now)

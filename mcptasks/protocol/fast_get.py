@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -175,11 +174,6 @@ def _instance(model: Any, names: tuple[str, ...], values: Any) -> Any:
     return instance
 
 
-def _touch_due(token: ApiToken) -> bool:
-    interval = timedelta(seconds=settings.MCPTASKS_TOKEN_LAST_USED_INTERVAL_S)
-    return token.last_used_at is None or timezone.now() - token.last_used_at >= interval
-
-
 async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | None:
     """The ``tasks/get`` result, or None when the general path must answer."""
     kind, _, credential = (authorization or "").partition(" ")
@@ -197,7 +191,7 @@ async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | N
             verify_token(token, parts[1], MCP_SCOPE)
         except AuthError:
             return None
-        if _touch_due(token) or task.state == TaskState.AWAITING_INPUT:
+        if token.touch_due(timezone.now()) or task.state == TaskState.AWAITING_INPUT:
             return None
         if access.decide_without_queries(user, access.Action.VIEW, task) is not access.ALLOW:
             return None
