@@ -13,7 +13,8 @@ from django.core.management import get_commands
 from jsonschema import Draft7Validator
 
 REPO = Path(__file__).resolve().parents[2]
-SCHEMA = REPO.parent / "shared" / "compose-spec" / "compose-spec.schema.json"
+SCHEMAS = REPO / "tests" / "schemas"  # vendored: tests/schemas/README.md
+SCHEMA = SCHEMAS / "compose-spec" / "compose-spec.schema.json"
 
 
 def compose() -> dict:

@@ -12,7 +12,8 @@ import httpx
 import pytest
 from jsonschema import Draft202012Validator
 
-SCHEMA_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "mcp-schema"
+# Vendored in the repository (tests/schemas/README.md: source, version, digest).
+SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas" / "mcp"
 VERSION = "2026-07-28"
 TASKS = "io.modelcontextprotocol/tasks"
 TASK_CAPS = {"elicitation": {}, "sampling": {}, "roots": {}, "extensions": {TASKS: {}}}
