@@ -4,9 +4,11 @@ A purge removes the oldest events of one chain — always a prefix, so the rest 
 after checking that the chain is intact (purging a broken chain would destroy the evidence). In
 one transaction it deletes the events, stores a :class:`~audit.models.RetentionCheckpoint` (the
 last purged sequence and its hash, where verification restarts) and records ``audit.purged`` in
-the same chain with that checkpoint in its data. On PostgreSQL the transaction sets
-``mcptasks.audit_retention`` locally, the only way past the append-only trigger, and clears it
-again before recording.
+the same chain with that checkpoint in its data. On PostgreSQL the DELETE is the function
+``audit_purge_prefix`` (migration 0004): it runs with the table owner's rights, so the
+application's role needs no DELETE on audit rows, deletes only a prefix of events older than the
+cutoff, and sets ``mcptasks.audit_retention`` locally (the only way past the append-only trigger)
+around its own DELETE alone.
 """
 
 from __future__ import annotations
@@ -23,8 +25,6 @@ from audit.models import AuditEvent, RetentionCheckpoint, RetentionPolicy
 from audit.record import Actor, record
 
 log = logging.getLogger(__name__)
-
-RETENTION_SETTING = "mcptasks.audit_retention"
 
 
 class RetentionRefused(Exception):
@@ -121,9 +121,7 @@ def _purge_chain(
                 event_seq=None,
             )
         last_hash = AuditEvent.objects.values_list("hash", flat=True).get(chain=chain, seq=last_seq)
-        _allow_delete(True)
-        purged, _ = AuditEvent.objects.filter(chain=chain, seq__lte=last_seq).delete()
-        _allow_delete(False)
+        purged = _delete_prefix(chain, last_seq, cutoff)
         RetentionCheckpoint.objects.create(
             chain=chain, seq=last_seq, hash=last_hash, purged=purged, cutoff=cutoff
         )
@@ -148,11 +146,11 @@ def _purge_chain(
     )
 
 
-def _allow_delete(allowed: bool) -> None:
-    """Open (or close) the append-only trigger for this transaction (PostgreSQL only)."""
+def _delete_prefix(chain: str, last_seq: int, cutoff: datetime) -> int:
+    """Delete the events of ``chain`` up to ``last_seq``; how many were deleted."""
     if connection.vendor != "postgresql":
-        return
+        deleted, _ = AuditEvent.objects.filter(chain=chain, seq__lte=last_seq).delete()
+        return deleted
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT set_config(%s, %s, true)", [RETENTION_SETTING, "on" if allowed else "off"]
-        )
+        cursor.execute("SELECT audit_purge_prefix(%s, %s, %s)", [chain, last_seq, cutoff])
+        return int(cursor.fetchone()[0])

@@ -5,3 +5,11 @@ class McptasksConfig(AppConfig):
     name = "mcptasks"
     verbose_name = "MCP tasks"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from mcptasks.dbroles import on_post_migrate
+
+        # Once per migrate (all apps are migrated by then): the app role's grants.
+        post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="mcptasks.dbroles")

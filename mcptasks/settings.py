@@ -208,6 +208,9 @@ else:
         }
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# PostgreSQL role of web, worker and beat: `migrate` (run as the owner) grants it what it may do,
+# which excludes UPDATE, DELETE and TRUNCATE of audit rows (mcptasks/dbroles.py).
+MCPTASKS_DB_APP_ROLE = env_str("MCPTASKS_DB_APP_ROLE")
 
 # ---------------------------------------------------------------- redis, celery, channels
 if REDIS_URL:
@@ -256,6 +259,8 @@ CELERY_BEAT_SCHEDULE = {
     },
     "audit-retention": {"task": "mcptasks.purge_audit_due", "schedule": 86_400.0},
 }
+# `celery -A mcptasks beat` keeps its schedule state here, never in the working directory.
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # ---------------------------------------------------------------- auth, i18n, static
 AUTH_PASSWORD_VALIDATORS = [

@@ -1,0 +1,190 @@
+"""The application's PostgreSQL role (mcptasks/dbroles.py, docs/operations.md "Database roles"):
+it inserts and reads audit rows and runs retention, but cannot UPDATE, DELETE, TRUNCATE or
+disable the triggers of the append-only audit tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from audit.chain import verify_chain
+from audit.models import AuditEvent
+from mcptasks.dbroles import grant_app_role
+
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
+REPO = Path(__file__).resolve().parents[2]
+ACME = "tenant:acme"
+APPEND_ONLY = ("audit_auditevent", "audit_retentioncheckpoint")
+
+
+def role_url(role: str, password: str) -> str:
+    db = connection.settings_dict
+    return (
+        f"postgres://{role}:{password}@{db.get('HOST') or '127.0.0.1'}:"
+        f"{db.get('PORT') or 5432}/{db['NAME']}"
+    )
+
+
+@pytest.fixture
+def app_role(transactional_db: None, settings: Any) -> Iterator[tuple[str, str]]:
+    """A LOGIN role of this test run, granted by `migrate` as the app role; dropped after."""
+    role, password = f"mcptasks_test_app_{os.getpid()}", secrets.token_urlsafe(18)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} LOGIN PASSWORD %s", [password])
+    settings.MCPTASKS_DB_APP_ROLE = role
+    try:
+        yield role, password
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP OWNED BY {role}")
+            cursor.execute(f"DROP ROLE {role}")
+
+
+@pytest.fixture
+def as_app(app_role: tuple[str, str]) -> Iterator[psycopg.Connection[Any]]:
+    out = StringIO()
+    call_command("migrate", verbosity=1, stdout=out)
+    assert f"Granted the application role {app_role[0]!r}" in out.getvalue()
+    conn = psycopg.connect(role_url(*app_role), autocommit=True)
+    yield conn
+    conn.close()
+
+
+def refused(conn: psycopg.Connection[Any], sql: str, params: Any = None) -> str:
+    """Run ``sql`` as the app role in a transaction of its own; the database's refusal."""
+    with pytest.raises(psycopg.Error) as caught, conn.transaction():
+        conn.execute(sql, params)
+    return str(caught.value)
+
+
+def test_app_role_cannot_truncate_or_disable_the_audit_triggers(
+    as_app: psycopg.Connection[Any], record_events: Callable[..., Any]
+) -> None:
+    record_events(3)
+    for table in APPEND_ONLY:
+        assert f"permission denied for table {table}" in refused(as_app, f"TRUNCATE {table}")
+        assert f"must be owner of table {table}" in refused(
+            as_app, f"ALTER TABLE {table} DISABLE TRIGGER USER"
+        )
+        assert f"must be owner of table {table}" in refused(
+            as_app, f"ALTER TABLE {table} DISABLE TRIGGER ALL"
+        )
+        assert f"permission denied for table {table}" in refused(
+            as_app, f"UPDATE {table} SET seq = seq"
+        )
+        assert f"permission denied for table {table}" in refused(as_app, f"DELETE FROM {table}")
+    # The retention setting opens the trigger, not the privilege.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege), as_app.transaction():
+        as_app.execute("SET LOCAL mcptasks.audit_retention = 'on'")
+        as_app.execute("DELETE FROM audit_auditevent")
+    assert AuditEvent.objects.filter(chain=ACME).count() == 3
+    assert verify_chain(ACME).ok
+
+
+def test_app_role_inserts_and_reads_audit_rows(
+    as_app: psycopg.Connection[Any], record_events: Callable[..., Any]
+) -> None:
+    record_events(2)
+    rows = as_app.execute(
+        "SELECT seq, action FROM audit_auditevent WHERE chain = %s ORDER BY seq", [ACME]
+    ).fetchall()
+    assert rows == [(1, "task.created"), (2, "task.created")]
+    with as_app.transaction(force_rollback=True):
+        as_app.execute(
+            "INSERT INTO audit_auditevent (chain, seq, created_at, tenant_id, actor_kind,"
+            " actor_id, actor_display, action, task_id, data, request_id, prev_hash, hash)"
+            " SELECT chain, seq + 1, now(), tenant_id, actor_kind, actor_id, actor_display,"
+            " action, task_id, data, request_id, hash, hash FROM audit_auditevent"
+            " WHERE chain = %s AND seq = 2",
+            [ACME],
+        )
+        inserted = as_app.execute(
+            "SELECT count(*) FROM audit_auditevent WHERE chain = %s", [ACME]
+        ).fetchone()
+        assert inserted == (3,)
+
+
+def test_app_role_purge_function_refuses_events_not_older_than_the_cutoff(
+    as_app: psycopg.Connection[Any], record_events: Callable[..., Any]
+) -> None:
+    record_events(2)
+    assert "not all older than" in refused(
+        as_app,
+        "SELECT audit_purge_prefix(%s, %s, %s)",
+        [ACME, 2, timezone.now() - timedelta(days=1)],
+    )
+    assert AuditEvent.objects.filter(chain=ACME).count() == 2
+
+
+def test_retention_runs_as_the_app_role(
+    app_role: tuple[str, str], as_app: psycopg.Connection[Any], cast: Any, tmp_path: Path
+) -> None:
+    """The app role records events (the writer's INSERT and chain-head UPDATE) and purges them
+    through the retention path, in a process of its own connected as that role."""
+    script = (
+        "import json, django; django.setup()\n"
+        "from datetime import timedelta\n"
+        "from django.utils import timezone\n"
+        "from audit.chain import verify_chain\n"
+        "from audit.record import Actor, record\n"
+        "from audit.retention import purge_tenant\n"
+        "from mcptasks.models import Tenant\n"
+        "tenant = Tenant.objects.get(slug='acme')\n"
+        "for n in range(3):\n"
+        "    record(action='task.created', actor=Actor.system('test'), tenant_id=tenant.pk,\n"
+        "           tenant_slug='acme', data={'n': n})\n"
+        "result = purge_tenant(tenant_slug='acme', older_than_days=1, actor=Actor.system('test'),\n"
+        "                      now=timezone.now() + timedelta(days=2))\n"
+        "print(json.dumps({'purged': result.purged, 'ok': verify_chain('tenant:acme').ok}))\n"
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": role_url(*app_role),
+        "MCPTASKS_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+    }
+    env.pop("MCPTASKS_DB_APP_ROLE", None)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome["ok"] is True
+    assert outcome["purged"] >= 3  # the three events and whatever the cast's seeding recorded
+    actions = list(
+        AuditEvent.objects.filter(chain=ACME).order_by("seq").values_list("action", flat=True)
+    )
+    assert actions == ["audit.purged"]
+    assert verify_chain(ACME).ok
+
+
+def test_a_superuser_is_refused_as_the_app_role(transactional_db: None) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user")
+        owner = cursor.fetchone()[0]
+    with pytest.raises(ImproperlyConfigured, match="superuser or the role running"):
+        grant_app_role(connection, owner)
+    with pytest.raises(ImproperlyConfigured, match="no role"):
+        grant_app_role(connection, "mcptasks_no_such_role")
+    with pytest.raises(ImproperlyConfigured, match="plain role name"):
+        grant_app_role(connection, 'x"; DROP TABLE audit_auditevent; --')
