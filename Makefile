@@ -28,8 +28,11 @@ fmt: bootstrap
 migrate: bootstrap
 	$(PY) manage.py migrate --no-input
 
+# Everything the targets and the tests generate; bench/results/ (make bench's figures) is kept.
 clean:
-	rm -rf .venv .tools var .conformance
+	rm -rf .venv .tools var .conformance screenshots \
+	  .pytest_cache .hypothesis .mypy_cache .ruff_cache celerybeat-schedule*
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
 
 conformance: bootstrap
 	scripts/conformance
