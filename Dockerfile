@@ -13,14 +13,17 @@ COPY pyproject.toml uv.lock ./
 RUN uv sync --locked --no-dev --no-install-project
 
 COPY --chown=mcptasks:mcptasks . .
-# collectstatic needs settings but no services: build with throwaway keys.
+# Static files are served by the web process (whitenoise) from MCPTASKS_VAR_DIR/static, so they
+# are collected into the same MCPTASKS_VAR_DIR the containers run with. collectstatic needs
+# settings but no services: build with throwaway keys.
+ENV MCPTASKS_VAR_DIR=/app/var
 RUN DATABASE_URL=postgres://build@localhost/build REDIS_URL=redis://localhost:6379/0 \
     SECRET_KEY=build-only MCPTASKS_REQUEST_STATE_KEY=build-only \
-    MCPTASKS_AUDIT_SIGNING_KEY=build-only MCPTASKS_VAR_DIR=/tmp/var \
+    MCPTASKS_AUDIT_SIGNING_KEY=build-only \
     python manage.py collectstatic --no-input -v0 \
  && mkdir -p /app/var /tmp/prometheus && chown -R mcptasks:mcptasks /app/var /tmp/prometheus
 
 USER mcptasks
-ENV MCPTASKS_VAR_DIR=/app/var PROMETHEUS_MULTIPROC_DIR=/tmp/prometheus
+ENV PROMETHEUS_MULTIPROC_DIR=/tmp/prometheus
 EXPOSE 8000
 CMD ["python", "manage.py", "serve", "--host", "0.0.0.0", "--port", "8000"]

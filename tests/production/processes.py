@@ -9,10 +9,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+
+from tests.faults.harness import PrivateRedis
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -22,6 +26,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextmanager
+def private_redis(workdir: Path) -> Iterator[PrivateRedis]:
+    """A redis-server of the caller's own on a free port, stopped (by pid) after.
+
+    The multi-process tests give their processes this, never fixed databases of a shared Redis,
+    so that two test runs side by side never read each other's messages or flush each other's
+    data; ``url(n)`` is its database ``n``."""
+    server = PrivateRedis(workdir)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def database_url(settings_dict: dict) -> str:

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from mcptasks.models import Task, TaskState
-from tests.production.processes import Stack, database_url
+from tests.production.processes import Stack, database_url, private_redis
 from tests.protocol.conftest import TASK_CAPS, VERSION
 
 pytestmark = [
@@ -31,17 +31,18 @@ META = {
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, django_db_setup):
-    import subprocess
-
     tmp_path = tmp_path_factory.mktemp("stack")
-    for db in (5, 6, 7):
-        subprocess.run(["redis-cli", "-n", str(db), "flushdb"], check=True, capture_output=True)
+    with private_redis(tmp_path) as redis:
+        yield from _stack(tmp_path, redis.url(0))
+
+
+def _stack(tmp_path, redis_url):
     metrics_dir = tmp_path / "prometheus"
     metrics_dir.mkdir()
     env = {
         **os.environ,
         "DATABASE_URL": database_url(connection.settings_dict),
-        "REDIS_URL": "redis://127.0.0.1:6379/5",  # broker 5, channels 6, limits 7
+        "REDIS_URL": redis_url,  # a private redis-server: broker 0, channels 1, limits 2
         "SECRET_KEY": os.environ.get("SECRET_KEY", "scale-out-test-secret"),
         "MCPTASKS_REQUEST_STATE_KEY": "scale-out-test",
         "MCPTASKS_AUDIT_SIGNING_KEY": "x",

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from django.db import connection
 
+from tests.production.processes import private_redis
 from tests.protocol.conftest import TASK_CAPS, VERSION
 from tests.streams.conftest import free_port
 from tests.streams.test_listen import SUB, listen_body
@@ -31,17 +32,20 @@ BIN = Path(sys.executable).parent
 
 @pytest.fixture
 def web_and_worker(tmp_path):
+    with private_redis(tmp_path) as redis:
+        yield from _web_and_worker(tmp_path, redis.url(0))
+
+
+def _web_and_worker(tmp_path, redis_url):
     settings_dict = connection.settings_dict
     database_url = (
         f"postgres://{settings_dict['USER']}@{settings_dict['HOST']}:"
         f"{settings_dict['PORT']}/{settings_dict['NAME']}"
     )
-    subprocess.run(["redis-cli", "-n", "8", "flushdb"], check=True, capture_output=True)
-    subprocess.run(["redis-cli", "-n", "9", "flushdb"], check=True, capture_output=True)
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
-        "REDIS_URL": "redis://127.0.0.1:6379/8",
+        "REDIS_URL": redis_url,  # a private redis-server: two runs side by side never collide
         "MCPTASKS_VAR_DIR": str(tmp_path),
         "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
         # Only a broadcast can deliver within the test's bound.
