@@ -9,6 +9,7 @@ class McptasksConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
+        from mcptasks import checks  # noqa: F401 - registers the deploy checks
         from mcptasks.dbroles import on_post_migrate
 
         # Once per migrate (all apps are migrated by then): the app role's grants.
