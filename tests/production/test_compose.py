@@ -134,7 +134,7 @@ def test_the_healthchecks_match_the_settings_of_their_services():
     postgres = services["postgres"]
     assert postgres["healthcheck"]["test"] == [
         "CMD-SHELL",
-        f"pg_isready -U {postgres['environment']['POSTGRES_USER']} "
+        f"pg_isready -h 127.0.0.1 -U {postgres['environment']['POSTGRES_USER']} "
         f"-d {postgres['environment']['POSTGRES_DB']}",
     ]
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
