@@ -234,13 +234,16 @@ def test_the_compose_web_healthcheck_passes_with_the_example_settings(deployment
     assert set(ready["checks"]) == {"database", "broker", "channel_layer"}
 
 
-def test_plain_http_is_redirected_to_https_and_the_proxy_case_is_served(deployment):
+def test_debug_is_off_plain_http_is_redirected_and_the_proxy_case_is_served(deployment):
     redirected = deployment.get("/login/", proxied=False)
     assert redirected.status_code == 301
     assert redirected.headers["location"] == f"https://{deployment.host}/login/"
     page = deployment.get("/login/")
     assert page.status_code == 200
-    assert "strict-transport-security" in page.headers
+    assert "strict-transport-security" in page.headers  # sent only with DEBUG off
+    missing = deployment.get("/no-such-page/")
+    assert missing.status_code == 404
+    assert "URLconf" not in missing.text  # not Django's debug page
 
 
 def test_the_dashboard_static_files_are_served(deployment):
