@@ -90,6 +90,7 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
         answers=state.answers,
         pre_task=as_task,
         offered=offered,
+        progress=call.progress,
     )
     try:
         try:

@@ -101,7 +101,12 @@ class ToolContext:
     tool_name: str
     arguments: dict[str, Any]
 
-    def report(self, message: str) -> None:
+    def report(
+        self, message: str, *, progress: float | None = None, total: float | None = None
+    ) -> None:
+        """Say how the work is going. In a task: the ``statusMessage`` of ``tasks/get``
+        (throttled). Inline, with ``progress`` (increasing; ``total`` if known) and a request
+        that carried a ``progressToken``: a ``notifications/progress`` on the response stream."""
         raise NotImplementedError
 
     def ask(
