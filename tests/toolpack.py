@@ -585,3 +585,11 @@ def reports_bad_progress(ctx: ToolContext) -> str:
     """Misdefined on purpose: progress must be a number."""
     ctx.report("oops", progress="half")  # type: ignore[arg-type]
     return "unreachable"
+
+
+@tool(policy="task", task_fallback=True, poll_interval_ms=200)
+def nap_with_fallback(ctx: ToolContext, seconds: float = 0.1) -> str:
+    """Sleep durably; a client without the tasks extension gets the fallback result."""
+    ctx.report("napping")
+    ctx.sleep("nap", seconds)
+    return f"napped {seconds}s"
