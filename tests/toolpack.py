@@ -580,9 +580,9 @@ def counts_with_progress(ctx: ToolContext, steps: int = 3) -> str:
     return f"counted {steps}"
 
 
-@tool(policy="sync")
+@tool(policy="auto")
 def reports_bad_progress(ctx: ToolContext) -> str:
-    """Misdefined on purpose: progress must be a number."""
+    """Misdefined on purpose: progress must be a number (inline and as a task)."""
     ctx.report("oops", progress="half")  # type: ignore[arg-type]
     return "unreachable"
 

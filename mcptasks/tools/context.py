@@ -109,6 +109,15 @@ class ToolContext:
         that carried a ``progressToken``: a ``notifications/progress`` on the response stream."""
         raise NotImplementedError
 
+    @staticmethod
+    def check_progress(progress: float | None, total: float | None) -> None:
+        """``report``'s ``progress`` and ``total`` are numbers (or None), inline and in a task."""
+        for name, value in (("progress", progress), ("total", total)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise ToolDefinitionError(f"report({name}=...) must be a number")
+
     def ask(
         self,
         key: str,

@@ -142,11 +142,7 @@ class InlineContext(ToolContext):
         self, message: str, *, progress: float | None = None, total: float | None = None
     ) -> None:
         self._plain_call()
-        for name, value in (("progress", progress), ("total", total)):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float)
-            ):
-                raise ToolDefinitionError(f"report({name}=...) must be a number")
+        self.check_progress(progress, total)
         if progress is not None and self.progress is not None:
             self.progress(str(message), progress, total)
 

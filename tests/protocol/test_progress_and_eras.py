@@ -93,11 +93,19 @@ def test_a_progress_token_that_is_not_a_string_or_integer_is_invalid_params(mcp,
     assert "progressToken" in reply.error["message"]
 
 
-def test_a_non_numeric_progress_is_a_misdefined_tool_error(mcp):
+def test_a_non_numeric_progress_is_a_misdefined_tool_error_inline(mcp):
     reply = call_with_token(mcp, "reports_bad_progress", "tok-4")
     assert reply.headers["content-type"] == "application/json"
     assert reply.error["code"] == -32603
     assert "progress" in reply.error["message"]
+
+
+def test_a_non_numeric_progress_fails_a_task_as_misdefined(mcp, run_jobs):
+    task_id = mcp.tool("reports_bad_progress").result["taskId"]
+    run_jobs()
+    got = mcp.call("tasks/get", {"taskId": task_id}).result
+    assert got["status"] == "failed"
+    assert "progress" in got["error"]["message"]
 
 
 def test_a_task_gets_no_progress_notification_its_report_is_the_status_message(mcp, run_jobs):
