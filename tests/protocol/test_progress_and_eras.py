@@ -3,6 +3,7 @@ methods of capabilities this server does not declare (issue 25)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from typing import Any
 
@@ -221,3 +222,25 @@ def test_undeclared_capability_methods_are_not_found_by_name(mcp, method, params
     assert reply.error["message"] == f"Method not found: {method}"
     capabilities = mcp.call("server/discover").result["capabilities"]
     assert not {"resources", "prompts", "completions"} & set(capabilities)
+
+
+# ---------------------------------------------------------------- the conformance fixture pack
+def test_conformance_fixtures_are_not_served_outside_conformance_mode(mcp):
+    names = {t["name"] for t in mcp.call("tools/list").result["tools"]}
+    assert not names & {"test_tool_with_progress", "test_simple_text", "json_schema_2020_12_tool"}
+    reply = call_with_token(mcp, "test_tool_with_progress", "tok-c")
+    assert reply.error["code"] == -32602 and "Unknown tool" in reply.error["message"]
+
+
+def test_the_progress_fixture_reports_0_50_100_in_conformance_mode(mcp, settings):
+    importlib.import_module("mcptasks.tools.conformance_base")
+    settings.MCPTASKS_CONFORMANCE_MODE = True
+    *notifications, response = sse_messages(
+        call_with_token(mcp, "test_tool_with_progress", "progress-test-1")
+    )
+    assert [(n["params"]["progress"], n["params"]["total"]) for n in notifications] == [
+        (0, 100),
+        (50, 100),
+        (100, 100),
+    ]
+    assert response["result"]["content"][0]["type"] == "text"
