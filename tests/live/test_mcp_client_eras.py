@@ -62,3 +62,30 @@ def test_progress_callback_of_the_official_client_gets_each_report(server, alice
     assert result.content[0].text == "counted 3"
     assert seen == [(n, 3, f"step {n} of 3") for n in (1, 2, 3)]
     assert Task.objects.count() == 0  # inline: no task
+
+
+def test_a_client_without_the_extension_follows_the_fallback_to_the_result(server, alice_token):
+    async def call() -> tuple[Any, list[Any]]:
+        async with create_mcp_http_client(
+            headers={"Authorization": f"Bearer {alice_token}"}
+        ) as http:
+            transport = streamable_http_client(server.mcp_url, http_client=http)
+            async with Client(transport, read_timeout_seconds=20) as client:  # no extensions
+                started = await client.call_tool("nap_with_fallback", {"seconds": 0.2})
+                task_id = started.structured_content["taskId"]
+                statuses = []
+                for _ in range(100):
+                    status = await client.call_tool("task_status", {"taskId": task_id})
+                    statuses.append(status)
+                    if status.structured_content["status"] == "completed":
+                        break
+                    await asyncio.sleep(0.25)
+                return started, statuses
+
+    started, statuses = asyncio.run(asyncio.wait_for(call(), 60))
+    assert started.is_error in (None, False)
+    task_id = started.structured_content["taskId"]
+    assert "task_status" in started.content[0].text
+    assert statuses[-1].structured_content["status"] == "completed"
+    assert statuses[-1].content[-1].text == "napped 0.2s"
+    assert Task.objects.get(pk=task_id).tool_name == "nap_with_fallback"
