@@ -165,7 +165,11 @@ class TaskContext(ToolContext):
         return value
 
     # ------------------------------------------------------------ the API
-    def report(self, message: str) -> None:
+    def report(
+        self, message: str, *, progress: float | None = None, total: float | None = None
+    ) -> None:
+        # A task has no open request to stream progress on: the message is its statusMessage.
+        self.check_progress(progress, total)
         self._safe_point()
         now = time.monotonic()
         if now - self.last_report < REPORT_INTERVAL_S:

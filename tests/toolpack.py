@@ -563,3 +563,33 @@ def asks_for_a_password(ctx: ToolContext) -> str:
         "login", "Log in", {"type": "object", "properties": {"password": {"type": "string"}}}
     )
     return answer.action
+
+
+# ---------------------------------------------------------------- issue 25: progress, fallback
+@tool(policy="auto")
+def counts_with_progress(ctx: ToolContext, steps: int = 3) -> str:
+    """Report progress 1..steps of steps, then a report that does not advance (sends nothing)
+    and one without a progress value (a status message only); as a task, durably sleep after
+    the reports so its statusMessage can be read."""
+    for number in range(1, steps + 1):
+        ctx.report(f"step {number} of {steps}", progress=number, total=steps)
+    if steps:
+        ctx.report("still at the end", progress=steps, total=steps)
+    ctx.report("resting")
+    ctx.sleep("rest", 0.01 if steps < 100 else 60)
+    return f"counted {steps}"
+
+
+@tool(policy="auto")
+def reports_bad_progress(ctx: ToolContext) -> str:
+    """Misdefined on purpose: progress must be a number (inline and as a task)."""
+    ctx.report("oops", progress="half")  # type: ignore[arg-type]
+    return "unreachable"
+
+
+@tool(policy="task", task_fallback=True, poll_interval_ms=200)
+def nap_with_fallback(ctx: ToolContext, seconds: float = 0.1) -> str:
+    """Sleep durably; a client without the tasks extension gets the fallback result."""
+    ctx.report("napping")
+    ctx.sleep("nap", seconds)
+    return f"napped {seconds}s"

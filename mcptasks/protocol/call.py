@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,9 @@ class Call:
     protocol_version: str
     principal: Principal
     headers: dict[str, str] = field(default_factory=dict)
+    # ``(message, progress, total)`` → one notifications/progress on this request's response
+    # stream; None unless the request carried a progressToken and accepts SSE (protocol/progress).
+    progress: Callable[[str, float, float | None], None] | None = None
 
     @property
     def declares_tasks(self) -> bool:

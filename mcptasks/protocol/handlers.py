@@ -7,11 +7,11 @@ from typing import Any
 
 from django.conf import settings
 
+from mcptasks.protocol import task_tools
 from mcptasks.protocol.call import PROTOCOL_VERSION, SUPPORTED_VERSIONS, TASKS_EXTENSION, Call
 from mcptasks.protocol.errors import METHOD_NOT_FOUND, McpError, invalid_params, missing_capability
 from mcptasks.protocol.tasks import handle_tasks_cancel, handle_tasks_get, handle_tasks_update
 from mcptasks.protocol.tools_call import handle_tools_call
-from mcptasks.tools.registry import registry
 
 INSTRUCTIONS = (
     "mcptasks runs long tools as durable tasks (io.modelcontextprotocol/tasks). Declare the "
@@ -40,7 +40,7 @@ def handle_tools_list(call: Call) -> dict[str, Any]:
         raise invalid_params("Invalid cursor")
     return {
         "resultType": "complete",
-        "tools": [tool_def.wire() for tool_def in registry.all()],
+        "tools": task_tools.tool_list(),
         "ttlMs": 60_000,
         "cacheScope": "private",
     }

@@ -31,6 +31,7 @@ from mcptasks.protocol.call import (
     META_CAPABILITIES,
     META_SERVER_INFO,
     META_VERSION,
+    PROTOCOL_VERSION,
     SUPPORTED_VERSIONS,
     Call,
 )
@@ -43,6 +44,7 @@ from mcptasks.protocol.errors import (
 )
 from mcptasks.protocol.handlers import LISTEN, gate, server_info
 from mcptasks.protocol.listen import ListenStream, parse_listen
+from mcptasks.protocol.progress import ProgressStream
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,38 @@ def _allowed_origin(origin: str) -> bool:
     return origin in getattr(settings, "MCPTASKS_ALLOWED_ORIGINS", [])
 
 
+def refuse_earlier_era(message: jsonrpc.Message, headers: dict[str, str]) -> None:
+    """Answer a request of an earlier protocol era (PROTOCOL §1.5) with the version-mismatch
+    error the 2025 specifications define: ``-32602`` "Unsupported protocol version", with
+    ``data.supported`` and ``data.requested`` (HTTP 400), so its client can tell its user why.
+
+    Earlier-era: no ``_meta`` protocol version and either ``initialize`` (the 2025 handshake) or
+    no ``Mcp-Method`` header (a 2025 session request). A 2026-07-28 request missing one marker
+    gets the error of the marker it lacks instead.
+    """
+    meta = message.params.get("_meta")
+    if isinstance(meta, dict) and META_VERSION in meta:
+        return
+    if message.method != "initialize" and "mcp-method" in headers:
+        return
+    requested = message.params.get("protocolVersion") if message.method == "initialize" else None
+    if not isinstance(requested, str) or not requested.strip():
+        requested = headers.get("mcp-protocol-version")
+    data: dict[str, Any] = {"supported": list(SUPPORTED_VERSIONS)}
+    asked = ""
+    if requested and requested.strip():
+        data["requested"] = requested.strip()[:100]
+        asked = f" {data['requested']}"
+    raise McpError(
+        INVALID_PARAMS,
+        f"Unsupported protocol version{asked}: this server speaks MCP {PROTOCOL_VERSION} only "
+        "(stateless requests with _meta, no initialize handshake); "
+        f"use a client that supports {PROTOCOL_VERSION}",
+        data,
+        http_status=400,
+    )
+
+
 class McpApplication:
     """ASGI callable for POST /mcp."""
 
@@ -90,6 +124,9 @@ class McpApplication:
             return  # the client is gone: a disconnect cancels the request, nothing is sent
         if isinstance(outcome, ListenStream):
             await outcome.run(receive, send)
+            return
+        if isinstance(outcome, ProgressStream):
+            await outcome.run(send, self._final_message, [(b"x-request-id", request_id.encode())])
             return
         status, body, extra = outcome
         response_headers = [(b"x-request-id", request_id.encode()), *extra]
@@ -111,7 +148,7 @@ class McpApplication:
 
     async def _respond(
         self, scope: dict[str, Any], receive: Any
-    ) -> tuple[int, Any, list[tuple[bytes, bytes]]] | ListenStream | None:
+    ) -> tuple[int, Any, list[tuple[bytes, bytes]]] | ListenStream | ProgressStream | None:
         headers = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
         }
@@ -145,17 +182,31 @@ class McpApplication:
                 result = await fast_get.tasks_get(call, headers.get("authorization"))
             if result is None:
                 # Authentication, gating and the handler in one hop to a pool thread.
-                result = await sync_to_async(self._serve, thread_sensitive=False)(
-                    call, headers.get("authorization")
-                )
-        except Throttled as exc:
+                serve = sync_to_async(self._serve, thread_sensitive=False)
+                progress = ProgressStream.open(call, headers)
+                if progress is None:
+                    result = await serve(call, headers.get("authorization"))
+                else:
+                    work = asyncio.ensure_future(serve(call, headers.get("authorization")))
+                    if await progress.streams(work):
+                        return progress  # a notification is ready: the reply is SSE
+                    result = work.result()
+        except Exception as exc:
+            return self._failure(exc, request_id)
+        return 200, self._success(request_id, result), []
+
+    def _failure(
+        self, exc: Exception, request_id: str | int | None
+    ) -> tuple[int, Any, list[tuple[bytes, bytes]]]:
+        """The HTTP status, body and headers that answer a request that raised ``exc``."""
+        if isinstance(exc, Throttled):
             metrics.THROTTLED.labels(kind=exc.kind).inc()
             return (
                 429,
                 {"error": "too_many_requests", "error_description": exc.message},
                 [(b"retry-after", str(exc.retry_after).encode())],
             )
-        except AuthError as exc:
+        if isinstance(exc, AuthError):
             challenge = (
                 f'Bearer realm="mcptasks", error="{exc.error}", '
                 f'resource_metadata="{resource_metadata_url()}", '
@@ -166,16 +217,31 @@ class McpApplication:
                 {"error": exc.error, "error_description": exc.description},
                 [(b"www-authenticate", challenge.encode())],
             )
-        except McpError as exc:
+        if isinstance(exc, McpError):
             rid = request_id if request_id is not None else getattr(exc, "request_id", None)
             return exc.http_status, jsonrpc.error_response(rid, exc), []
-        except Exception:
-            log.exception("unhandled error on /mcp")
-            error = McpError(INTERNAL_ERROR, "Internal error")
-            return 500 if request_id is None else 200, jsonrpc.error_response(request_id, error), []
+        log.error("unhandled error on /mcp", exc_info=exc)
+        error = McpError(INTERNAL_ERROR, "Internal error")
+        return 500 if request_id is None else 200, jsonrpc.error_response(request_id, error), []
+
+    @staticmethod
+    def _success(request_id: str | int | None, result: dict[str, Any]) -> dict[str, Any]:
         meta = result.setdefault("_meta", {})
         meta.setdefault(META_SERVER_INFO, server_info())
-        return 200, jsonrpc.result_response(request_id, result), []
+        return jsonrpc.result_response(request_id, result)
+
+    def _final_message(
+        self, request_id: str | int | None, work: asyncio.Future[Any]
+    ) -> dict[str, Any]:
+        """The JSON-RPC response that ends a progress stream (its HTTP status is already sent)."""
+        exc = work.exception()
+        if exc is None:
+            return self._success(request_id, work.result())
+        status, body, _ = self._failure(exc, request_id)  # type: ignore[arg-type]
+        if isinstance(body, dict) and "jsonrpc" in body:
+            return body
+        # Refused after the stream opened (e.g. throttled): the body is still JSON-RPC.
+        return jsonrpc.error_response(request_id, McpError(INTERNAL_ERROR, f"HTTP {status}"))
 
     # ------------------------------------------------------------ steps
     def _check_transport(self, scope: dict[str, Any], headers: dict[str, str]) -> None:
@@ -226,6 +292,7 @@ class McpApplication:
                 return b"".join(chunks)
 
     def _envelope(self, message: jsonrpc.Message, headers: dict[str, str]) -> Call:
+        refuse_earlier_era(message, headers)
         if header_rules.check_method_and_name(
             headers,
             message.method,

@@ -65,6 +65,20 @@ def sse(message: dict[str, Any]) -> bytes:
     )
 
 
+def sse_start(headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
+    """The ASGI start of an SSE response (never buffered by a proxy)."""
+    return {
+        "type": "http.response.start",
+        "status": 200,
+        "headers": [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-cache"),
+            (b"x-accel-buffering", b"no"),
+            *(headers or []),
+        ],
+    }
+
+
 class Writer:
     """Writes one stream's SSE bytes in order, callable from any task on the loop.
 
@@ -191,17 +205,7 @@ class ListenStream:
                 opened,
                 lambda: sync_to_async(_visible_ids, thread_sensitive=False)(user, requested),
             )
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"text/event-stream"),
-                    (b"cache-control", b"no-cache"),
-                    (b"x-accel-buffering", b"no"),
-                ],
-            }
-        )
+        await send(sse_start())
         agreed: dict[str, Any] = {} if acked is None else {"taskIds": acked}
         self.finished = asyncio.get_running_loop().create_future()
         self.writer = writer = Writer(send, self.finished)

@@ -20,12 +20,16 @@ ACK = {"resultType": "complete"}
 
 
 def _visible_task(call: Call) -> Task:
-    task_id = call.params.get("taskId")
+    return visible_task(call.principal.user, call.params.get("taskId"), "params.taskId")
+
+
+def visible_task(user: Any, task_id: Any, field: str = "taskId") -> Task:
+    """The task ``user`` may see under ``task_id``; -32602 for anything else (counted)."""
     if not isinstance(task_id, str) or not task_id:
-        raise invalid_params("params.taskId must be a non-empty string")
-    task = access.get_visible_task(call.principal.user, task_id)
+        raise invalid_params(f"{field} must be a non-empty string")
+    task = access.get_visible_task(user, task_id)
     if task is None:
-        limits.check_unknown_lookup(principal_id=call.principal.user.pk, task_id=task_id)
+        limits.check_unknown_lookup(principal_id=user.pk, task_id=task_id)
         raise invalid_params("Failed to retrieve task: Task not found")
     return task
 
@@ -52,13 +56,18 @@ def handle_tasks_get(call: Call) -> dict[str, Any]:
     """The general path (see protocol/fast_get.py for the event-loop one)."""
     metrics.TASKS_GET_GENERAL.inc()
     task = _visible_task(call)
+    return {"resultType": "complete", **polled_view(call, task)}
+
+
+def polled_view(call: Call, task: Task) -> dict[str, Any]:
+    """The DetailedTask of one poll (throttled to the task's pollIntervalMs beyond a burst)."""
     limits.check_poll(
         principal_id=call.principal.user.pk,
         task_id=task.pk,
         poll_interval_ms=task.poll_interval_ms,
         version=task.version,
     )
-    return {"resultType": "complete", **detailed_for(call.principal.user, task, call.capabilities)}
+    return detailed_for(call.principal.user, task, call.capabilities)
 
 
 def handle_tasks_update(call: Call) -> dict[str, Any]:
@@ -89,15 +98,19 @@ def handle_tasks_update(call: Call) -> dict[str, Any]:
 
 
 def handle_tasks_cancel(call: Call) -> dict[str, Any]:
-    task = _visible_task(call)
-    user = call.principal.user
+    cancel_task(call.principal.user, _visible_task(call))
+    return dict(ACK)
+
+
+def cancel_task(user: Any, task: Task, reason: str = "tasks/cancel") -> None:
+    """Ask to cancel ``task`` on behalf of ``user`` (-32602 when they may not); a terminal task
+    is left as it is (idempotent)."""
     decision = access.can(user, access.Action.CANCEL, task)
     if not decision:
         raise invalid_params(f"Cannot cancel task: {decision.reason}")
     try:
         lifecycle.task_request_cancel(
-            task_id=task.pk, actor=Actor.for_user(user, "principal"), reason="tasks/cancel"
+            task_id=task.pk, actor=Actor.for_user(user, "principal"), reason=reason
         )
     except lifecycle.TaskNotFound:
         raise invalid_params("Failed to retrieve task: Task not found") from None
-    return dict(ACK)

@@ -12,6 +12,7 @@ from rfc8785 import CanonicalizationError
 from audit.record import Actor
 from mcptasks import lifecycle, metrics, wire
 from mcptasks.canonical import digest
+from mcptasks.protocol import task_tools
 from mcptasks.protocol.call import TASKS_EXTENSION, Call
 from mcptasks.protocol.errors import INTERNAL_ERROR, McpError, invalid_params, missing_capability
 from mcptasks.protocol.headers import check_param_headers
@@ -26,7 +27,7 @@ from mcptasks.tools.inline import (
     StartTask,
     TaskRequired,
 )
-from mcptasks.tools.registry import ToolDef, registry
+from mcptasks.tools.registry import FALLBACK_TOOL_NAMES, ToolDef, registry
 from mcptasks.tools.results import to_call_tool_result
 
 log = logging.getLogger(__name__)
@@ -42,11 +43,15 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     if not isinstance(name, str) or not name:
         raise invalid_params("params.name must be the name of a tool")
     tool_def = registry.get(name)
-    if tool_def is None:
-        raise invalid_params(f"Unknown tool: {name}")
     arguments = params.get("arguments", {})
     if arguments is None:
         arguments = {}
+    if tool_def is None and name in FALLBACK_TOOL_NAMES and task_tools.offered():
+        if not isinstance(arguments, dict):
+            raise invalid_params("params.arguments must be an object")
+        return task_tools.call_tool(call, name, arguments)
+    if tool_def is None:
+        raise invalid_params(f"Unknown tool: {name}")
     if not isinstance(arguments, dict):
         raise invalid_params("params.arguments must be an object")
     check_param_headers(call.headers, tool_def.input_schema, arguments)
@@ -58,7 +63,7 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     if missing:
         raise missing_capability(missing, ", ".join(sorted(missing)))
     as_task = tool_def.policy == "task" or (tool_def.policy == "auto" and call.declares_tasks)
-    if as_task and not call.declares_tasks:
+    if as_task and not call.declares_tasks and not tool_def.task_fallback:
         raise missing_capability(TASKS_REQUIRED, f"tool {name!r} runs only as a task")
     try:
         digest(arguments)  # what requestState and the task bind; refuse what it cannot carry
@@ -90,6 +95,7 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
         answers=state.answers,
         pre_task=as_task,
         offered=offered,
+        progress=call.progress,
     )
     try:
         try:
@@ -234,4 +240,6 @@ def _create_task(
         ) from None
     except lifecycle.LimitExceeded as exc:
         return tool_error_result(str(exc))
+    if not call.declares_tasks:  # a task_fallback tool: never a CreateTaskResult
+        return task_tools.started(task, tool_def)
     return {"resultType": "task", **wire.task_fields(task)}

@@ -1,5 +1,6 @@
-"""Fixture tools of the official suite's base scenarios (server-stateless,
-input-required-result-*). Loaded only in conformance mode.
+"""Fixture tools of the official suite's base scenarios (server-stateless, tools-call-*,
+input-required-result-*, json-schema-2020-12, http-custom-header-server-validation). Loaded only
+in conformance mode.
 
 Each is an ordinary ``sync`` tool of the tool API: it runs inline, and its questions become MRTR
 ``InputRequiredResult`` rounds whose sealed ``requestState`` carries the answers so far.
@@ -7,10 +8,15 @@ Each is an ordinary ``sync`` tool of the tool API: it runs inline, and its quest
 
 from __future__ import annotations
 
+import base64
+import io
+import struct
+import wave
+import zlib
 from collections.abc import Callable
 from typing import Any
 
-from mcptasks.tools import ToolContext, tool
+from mcptasks.tools import ToolContext, ToolError, tool
 from mcptasks.tools.inline import ask_together
 
 NAME_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -146,3 +152,142 @@ def test_input_required_result_capabilities(ctx: ToolContext) -> str:
         calls.append(lambda: ctx.roots("client_roots"))
     answers = ask_together(ctx, *calls)
     return f"Received {len(answers)} answer(s) for the declared capabilities."
+
+
+# ---------------------------------------------------------------- tools-call-*, json-schema, headers
+def _tiny_png() -> str:
+    """A 1x1 red pixel PNG, base64."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8-bit RGB
+    pixels = zlib.compress(b"\x00\xff\x00\x00")  # filter byte, then one red pixel
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels)
+    return base64.b64encode(png + chunk(b"IEND", b"")).decode()
+
+
+def _tiny_wav() -> str:
+    """A 10 ms silent mono 8 kHz 16-bit WAV, base64."""
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as audio:
+        audio.setnchannels(1)
+        audio.setsampwidth(2)
+        audio.setframerate(8000)
+        audio.writeframes(b"\x00\x00" * 80)
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+RED_PIXEL_PNG = _tiny_png()
+SILENT_WAV = _tiny_wav()
+
+
+@tool(policy="sync")
+def test_simple_text(ctx: ToolContext) -> str:
+    """Answer with one text block."""
+    return "This is a simple text response for testing."
+
+
+@tool(policy="sync")
+def test_image_content(ctx: ToolContext) -> dict[str, Any]:
+    """Answer with one image block (a 1x1 red PNG)."""
+    return {"content": [{"type": "image", "data": RED_PIXEL_PNG, "mimeType": "image/png"}]}
+
+
+@tool(policy="sync")
+def test_audio_content(ctx: ToolContext) -> dict[str, Any]:
+    """Answer with one audio block (10 ms of silence, WAV)."""
+    return {"content": [{"type": "audio", "data": SILENT_WAV, "mimeType": "audio/wav"}]}
+
+
+def _resource(uri: str, mime_type: str, text: str) -> dict[str, Any]:
+    """An embedded text resource block."""
+    return {"type": "resource", "resource": {"uri": uri, "mimeType": mime_type, "text": text}}
+
+
+@tool(policy="sync")
+def test_embedded_resource(ctx: ToolContext) -> dict[str, Any]:
+    """Answer with one embedded text resource."""
+    text = "This is an embedded resource content."
+    return {"content": [_resource("test://embedded-resource", "text/plain", text)]}
+
+
+@tool(policy="sync")
+def test_multiple_content_types(ctx: ToolContext) -> dict[str, Any]:
+    """Answer with a text, an image and an embedded resource block."""
+    data = '{"test":"data","value":123}'
+    return {
+        "content": [
+            {"type": "text", "text": "Multiple content types test:"},
+            {"type": "image", "data": RED_PIXEL_PNG, "mimeType": "image/png"},
+            _resource("test://mixed-content-resource", "application/json", data),
+        ]
+    }
+
+
+@tool(policy="sync")
+def test_error_handling(ctx: ToolContext) -> str:
+    """Always fail with a tool error (isError: true)."""
+    raise ToolError("This tool intentionally returns an error for testing")
+
+
+@tool(policy="sync")
+def test_tool_with_progress(ctx: ToolContext) -> str:
+    """Report progress 0, 50 and 100 of 100, ~50 ms apart (notifications/progress inline)."""
+    ctx.report("starting", progress=0, total=100)
+    ctx.sleep("first-half", 0.05)
+    ctx.report("halfway", progress=50, total=100)
+    ctx.sleep("second-half", 0.05)
+    ctx.report("done", progress=100, total=100)
+    return "Progress tool finished after 3 progress reports."
+
+
+JSON_SCHEMA_2020_12_INPUT: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {
+        "address": {
+            "$anchor": "addressDef",
+            "type": "object",
+            "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        }
+    },
+    "properties": {
+        "name": {"type": "string"},
+        "address": {"$ref": "#/$defs/address"},
+        "contactMethod": {"type": "string", "enum": ["phone", "email"]},
+        "phone": {"type": "string"},
+        "email": {"type": "string"},
+    },
+    "allOf": [{"anyOf": [{"required": ["phone"]}, {"required": ["email"]}]}],
+    "if": {"properties": {"contactMethod": {"const": "phone"}}, "required": ["contactMethod"]},
+    "then": {"required": ["phone"]},
+    "else": {"required": ["email"]},
+    "additionalProperties": False,
+}
+
+
+@tool(
+    "json_schema_2020_12_tool",
+    description="Tool with JSON Schema 2020-12 features",
+    input_schema=JSON_SCHEMA_2020_12_INPUT,
+    policy="sync",
+)
+def json_schema_2020_12_tool(ctx: ToolContext, **arguments: Any) -> dict[str, Any]:
+    """Echo the (schema-validated) arguments."""
+    return {"received": arguments}
+
+
+@tool(
+    input_schema={
+        "type": "object",
+        "properties": {"region": {"type": "string", "x-mcp-header": "Region"}},
+        "required": ["region"],
+        "additionalProperties": False,
+    },
+    policy="sync",
+)
+def test_header_param(ctx: ToolContext, region: str) -> str:
+    """Echo `region`, which the client also sends as the Mcp-Param-Region header (SEP-2243)."""
+    return f"region: {region}"

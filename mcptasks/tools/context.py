@@ -101,8 +101,22 @@ class ToolContext:
     tool_name: str
     arguments: dict[str, Any]
 
-    def report(self, message: str) -> None:
+    def report(
+        self, message: str, *, progress: float | None = None, total: float | None = None
+    ) -> None:
+        """Say how the work is going. In a task: the ``statusMessage`` of ``tasks/get``
+        (throttled). Inline, with ``progress`` (increasing; ``total`` if known) and a request
+        that carried a ``progressToken``: a ``notifications/progress`` on the response stream."""
         raise NotImplementedError
+
+    @staticmethod
+    def check_progress(progress: float | None, total: float | None) -> None:
+        """``report``'s ``progress`` and ``total`` are numbers (or None), inline and in a task."""
+        for name, value in (("progress", progress), ("total", total)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise ToolDefinitionError(f"report({name}=...) must be a number")
 
     def ask(
         self,

@@ -30,6 +30,8 @@ from mcptasks.tools.context import (
 
 T = TypeVar("T")
 MAX_INLINE_SLEEP_S = 30.0
+# ``(message, progress, total)``: sends one notifications/progress for the open request.
+ProgressSink = Callable[[str, float, float | None], None]
 
 
 class InputRequired(Suspend):
@@ -78,8 +80,11 @@ class InlineContext(ToolContext):
         answers: dict[str, dict[str, Any]],
         pre_task: bool = False,
         offered: dict[str, Any] | None = None,
+        progress: ProgressSink | None = None,
     ) -> None:
         self.tool_name = tool_name
+        # notifications/progress of this request (None without a progressToken and an SSE reply).
+        self.progress = progress
         self.arguments = arguments
         self.capabilities = capabilities
         # Answers of earlier rounds (verified, from requestState); grows with this round's.
@@ -133,8 +138,13 @@ class InlineContext(ToolContext):
             raise InputRequired(missing)
         return {k: self.answers[k] for k in requests}
 
-    def report(self, message: str) -> None:
+    def report(
+        self, message: str, *, progress: float | None = None, total: float | None = None
+    ) -> None:
         self._plain_call()
+        self.check_progress(progress, total)
+        if progress is not None and self.progress is not None:
+            self.progress(str(message), progress, total)
 
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         if self.pre_task and not all(q.before_task for q in questions.values()):

@@ -20,6 +20,8 @@ Policy = Literal["sync", "task", "auto"]
 POLICIES = ("sync", "task", "auto")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# Served by the server itself while a tool opts in to the task fallback (protocol/task_tools.py).
+FALLBACK_TOOL_NAMES = ("task_cancel", "task_status")
 
 
 class ToolRegistrationError(Exception):
@@ -46,6 +48,9 @@ class ToolDef:
     on_build_change: Literal["continue", "fail"] = "continue"
     # Client-audience questions go to operators when the client cannot elicit.
     operator_fallback: bool = False
+    # A client without the tasks extension gets the task anyway, answered as an ordinary
+    # CallToolResult naming it and the task_status / task_cancel tools (protocol/task_tools.py).
+    task_fallback: bool = False
     pack: str = ""
 
     @property
@@ -152,6 +157,15 @@ class Registry:
             )
         if tool_def.policy not in POLICIES:
             raise ToolRegistrationError(f"{tool_def.name}: policy must be one of {POLICIES}")
+        if tool_def.name in FALLBACK_TOOL_NAMES:
+            raise ToolRegistrationError(
+                f"tool name {tool_def.name!r} is reserved for the task fallback tools"
+            )
+        if tool_def.task_fallback and tool_def.policy != "task":
+            raise ToolRegistrationError(
+                f"{tool_def.name}: task_fallback applies to policy='task' tools only (an 'auto' "
+                "tool already runs inline for a client without the tasks extension)"
+            )
         if tool_def.input_schema.get("type") != "object":
             raise ToolRegistrationError(f"{tool_def.name}: inputSchema root must be an object")
         ttl = tool_def.effective_ttl_ms()
