@@ -169,3 +169,25 @@ def test_the_access_log_writes_through_the_structured_logger_redacted(
     (record,) = caplog.records
     assert record.getMessage() == "POST /mcp?access_token=[REDACTED] 401"
     assert "abcdefghijklmnop1234" not in caplog.text
+
+
+@pytest.mark.django_db
+def test_the_django_admin_shows_task_fields_and_questions_redacted(
+    asking: Task, finished: Task, django_user_model: Any
+) -> None:
+    admin_user = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    client = Client()
+    client.force_login(admin_user)
+    request = asking.input_requests.get()
+    for path in (
+        f"/admin/mcptasks/task/{finished.pk}/change/",
+        f"/admin/mcptasks/task/{asking.pk}/change/",
+        f"/admin/mcptasks/inputrequest/{request.pk}/change/",
+        "/admin/mcptasks/task/",
+    ):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        page = response.content.decode()
+        assert_clean(page, path)
+        if "change" in path:
+            assert "(redacted)" in page and "[REDACTED]" in page
