@@ -107,3 +107,23 @@ class AccessLog:
                 redact_request_target(str(details.get("path", ""))),
                 extra={"client": details.get("client")},
             )
+
+
+class QueryStringSecrets(logging.Filter):
+    """uvicorn's access log (logger ``uvicorn.access``, args: client, method, path with query,
+    HTTP version, status) with query-string secrets redacted, as :class:`AccessLog` does for
+    Daphne — whatever handler and format uvicorn was configured with."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = (*args[:2], redact_request_target(args[2]), *args[3:])
+        return True
+
+
+def guard_access_logs() -> None:
+    """Attach :class:`QueryStringSecrets` to ``uvicorn.access`` (once; a later ``dictConfig``
+    replaces a logger's handlers but keeps its filters)."""
+    access = logging.getLogger("uvicorn.access")
+    if not any(isinstance(f, QueryStringSecrets) for f in access.filters):
+        access.addFilter(QueryStringSecrets())

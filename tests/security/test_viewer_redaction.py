@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from mcptasks import lifecycle
-from mcptasks.logging import AccessLog, redact_request_target
+from mcptasks.logging import AccessLog, QueryStringSecrets, redact_request_target
 from mcptasks.models import Task, TaskState
 from mcptasks.protocol.tasks import detailed_for
 from tests.api.conftest import api, api_tokens, ok, plain_http  # noqa: F401 - fixtures
@@ -191,3 +191,31 @@ def test_the_django_admin_shows_task_fields_and_questions_redacted(
         assert_clean(page, path)
         if "change" in path:
             assert "(redacted)" in page and "[REDACTED]" in page
+
+
+@pytest.fixture
+def asgi_loaded() -> None:
+    """The ASGI module imported, as a server does (in setup: Django's logging set-up it
+    triggers would otherwise drop the test's log capture)."""
+    import mcptasks.asgi  # noqa: F401
+
+
+def test_uvicorns_access_log_loses_query_string_secrets_too(
+    asgi_loaded: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    access = logging.getLogger("uvicorn.access")
+    assert any(isinstance(f, QueryStringSecrets) for f in access.filters)
+    with caplog.at_level(logging.INFO, logger="uvicorn.access"):
+        # The call uvicorn's HTTP protocols make for each response.
+        access.info(
+            '%s - "%s %s HTTP/%s" %d',
+            "10.0.0.1:5555",
+            "GET",
+            "/mcp?access_token=abcdefghijklmnop1234&page=2",
+            "1.1",
+            401,
+        )
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        '10.0.0.1:5555 - "GET /mcp?access_token=[REDACTED]&page=2 HTTP/1.1" 401'
+    )
