@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import json.encoder
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -205,9 +206,31 @@ def _jsonl_chunk(rows: list[tuple[Any, ...]]) -> bytes:
     ).encode("utf-8", "surrogatepass")
 
 
+# OWASP's CSV-injection rule: a cell a spreadsheet would read as a formula (it starts with
+# =, +, -, @, a tab or a carriage return) gets a leading apostrophe. A cell that already starts
+# with apostrophes before such a character gets one more, so reading drops exactly one and the
+# export stays a faithful (hash-checkable) copy of the stored events.
+_FORMULA_CELL = re.compile(r"'*[=+\-@\t\r]")
+
+
+def neutralise_cell(value: Any) -> Any:
+    """A CSV cell as exported: formula prefixes neutralised (see :func:`restore_cell`)."""
+    if isinstance(value, str) and _FORMULA_CELL.match(value):
+        return "'" + value
+    return value
+
+
+def restore_cell(value: str) -> str:
+    """A CSV cell as stored: the inverse of :func:`neutralise_cell`."""
+    if value.startswith("'") and _FORMULA_CELL.match(value, 1):
+        return value[1:]
+    return value
+
+
 def _csv_chunk(rows: list[tuple[Any, ...]]) -> bytes:
     buffer = io.StringIO()
-    csv.writer(buffer).writerows(rows)  # None (a system event's tenant) is written as ""
+    # None (a system event's tenant) is written as ""
+    csv.writer(buffer).writerows([neutralise_cell(value) for value in row] for row in rows)
     return buffer.getvalue().encode("utf-8", "surrogatepass")
 
 
@@ -455,7 +478,8 @@ def _parse(lines: Iterator[bytes], fmt: str, check: ExportCheck) -> Iterator[dic
         check.problems.append("csv: the header row is not the export's columns")
     for number, values in enumerate(reader, start=1):
         try:
-            event: dict[str, Any] = dict(zip(ROW_FIELDS, values, strict=True))
+            cells = [restore_cell(value) for value in values]
+            event: dict[str, Any] = dict(zip(ROW_FIELDS, cells, strict=True))
             event["seq"] = int(event["seq"])
             event["tenant_id"] = int(event["tenant_id"]) if event["tenant_id"] else None
             event["data"] = json.loads(event["data"])

@@ -57,7 +57,8 @@ error messages) by two pre-compiled regex passes per string (see "values in text
 - card numbers: 13–19 digits, bare or grouped by spaces or dashes, starting with 2–6 (the
   issuer ranges in use) and passing the Luhn check — so phone numbers, epoch timestamps, UUID and
   hex digests survive; integers are checked the same way;
-- ``key=value``, ``key: value``, ``"key": "value"`` (also JSON escaped inside JSON),
+- ``key=value``, ``key: value``, ``<key=value>``, ``key=<value>``, ``path/key=value``,
+  ``"key": "value"`` (also JSON escaped inside JSON),
   ``<key>value</key>``, ``--key value``, ``"--key", "value"`` and ``"KEY", "value": "…"``
   where the key is sensitive by the rules above (AWS secret keys next to their name, query
   strings, headers, config files, Python reprs and JSON dumps in error messages); a
@@ -320,6 +321,7 @@ _VALUE = (
     r"|\"(?:[^\"\\\r\n]|\\.)*\""  # "…"
     r"|'(?:[^'\\\r\n]|\\.)*'"  # '…'
     r"|[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>\\]+"  # a URL, whole
+    r"|<[^<>\s]{1,4096}>"  # <…>: "password=<hunter2>"
     r"|(?:(?:Bearer|Basic|Digest|Token|Bot|Negotiate|NTLM|bearer|basic|token)[ \t]+)?"
     r"(?:\[REDACTED\]|[^\s,;&\"'<>(){}\[\]\\]+)"  # already redacted: stays as it is
 )
@@ -527,17 +529,18 @@ def _named_value(
     ):
         return None
     before = text[start - 1] if start else ""
-    if before in ("@", "+", "/"):
-        # A host ("https://auth.example.com:8443"), a path segment, or base64 ("…+yPw==").
-        return None
     if before in ("<", ":"):
         tag = _xml_tag(text, start, end)
         if tag is not None:
             after = _AFTER_XML_NAME.match(text, end)
             if after and text.startswith(f"{tag}>", after.end()):
                 return (*after.span("value"), REDACTED)
-            return None
+            # Not an element: "<password=hunter2>" is an assignment in angle brackets.
     after = _AFTER_NAME.match(text, end)
+    if after is not None and before in ("@", "+", "/") and after.group("sep") != "=":
+        # A host ("https://auth.example.com:8443") or a path segment ("/auth:x"); base64
+        # ("…+yPw==") never matches "=" followed by a value. "…/password=x" still counts.
+        return None
     flag = raw.startswith("-") and (not before or before.isspace() or before in "\"'=")
     if after is None and flag:
         after = _AFTER_FLAG.match(text, end)  # --password hunter2

@@ -13,6 +13,7 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import close_old_connections
 
+from audit.redact import redact_text
 from mcptasks import access, events
 from mcptasks.models import Task, TaskState, Tenant
 from mcptasks.wire import WIRE_STATUS
@@ -38,7 +39,8 @@ def _update_for(user: Any, task_id: str) -> dict[str, Any] | None:
             "version": task.version,
             "state": task.state,
             "status": WIRE_STATUS[TaskState(task.state)],
-            "status_message": task.status_message[:200],
+            # Redacted before it is cut, so a cut can never leave half a secret unrecognised.
+            "status_message": redact_text(task.status_message or "")[:200],
         }
     finally:
         close_old_connections()

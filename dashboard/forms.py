@@ -12,6 +12,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from audit.redact import redact_text
 from mcptasks.lifecycle import RECONCILE_DECISIONS
 from mcptasks.tools.answers import ELICIT_ACTIONS, InvalidAnswer, validate_response
 from mcptasks.tools.context import ELICIT
@@ -47,12 +48,14 @@ class JsonValueField(forms.CharField):
 
 def _choices(options: list[Any], titles: list[Any] | None = None) -> list[tuple[str, str]]:
     labels = titles if titles and len(titles) == len(options) else options
-    return [(str(value), str(label)) for value, label in zip(options, labels, strict=True)]
+    return [
+        (str(value), redact_text(str(label))) for value, label in zip(options, labels, strict=True)
+    ]
 
 
 def _titled(options: list[Any]) -> list[tuple[str, str]]:
     return [
-        (str(option.get("const")), str(option.get("title") or option.get("const")))
+        (str(option.get("const")), redact_text(str(option.get("title") or option.get("const"))))
         for option in options
         if isinstance(option, dict) and "const" in option
     ]
@@ -146,13 +149,15 @@ def _array_field(prop: dict[str, Any], common: dict[str, Any]) -> forms.Field | 
 def field_for(prop: Any, *, label: str, required: bool) -> forms.Field:
     """The form field of one ``requestedSchema`` property (PROTOCOL §3.4)."""
     prop = prop if isinstance(prop, dict) else {}
+    # What the tool wrote into the question is shown redacted, as everywhere on the dashboard.
     common: dict[str, Any] = {
-        "label": prop.get("title") or label,
+        "label": redact_text(str(prop.get("title") or label)),
         "required": required,
-        "help_text": prop.get("description") or "",
+        "help_text": redact_text(str(prop.get("description") or "")),
     }
     if "default" in prop:
-        common["initial"] = prop["default"]
+        default = prop["default"]
+        common["initial"] = redact_text(default) if isinstance(default, str) else default
     kind = prop.get("type")
     field: forms.Field | None = None
     if kind == "string" and isinstance(prop.get("enum"), list):

@@ -2,12 +2,48 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html
 
+from audit.redact import redact_text
+from mcptasks import wire
 from mcptasks.models import ApiToken, Effect, InputRequest, Membership, Task, Tenant
+
+
+def redacted_fields(*names: str, sensitive_of: Any = None) -> list[Any]:
+    """Read-only admin fields showing ``names`` as the dashboard does: redacted (the raw
+    columns are excluded). ``sensitive_of(obj)`` gives the declared sensitive names."""
+
+    def field(name: str) -> Any:
+        def show(self: Any, obj: Any) -> Any:
+            value = getattr(obj, name)
+            if isinstance(value, str):
+                return redact_text(value)
+            sensitive = sensitive_of(obj) if sensitive_of else frozenset()
+            shown = json.dumps(wire.shown(value, sensitive), indent=2, ensure_ascii=False)
+            return format_html("<pre>{}</pre>", shown)
+
+        show.short_description = f"{name.replace('_', ' ')} (redacted)"  # type: ignore[attr-defined]
+        show.__name__ = f"redacted_{name}"
+        return show
+
+    return [field(name) for name in names]
+
+
+def _task_sensitive(obj: Any) -> frozenset[str]:
+    task = obj if isinstance(obj, Task) else obj.task
+    return wire.sensitive_keys_of(task.tool_name)
+
+
+def _answer_sensitive(obj: Any) -> frozenset[str]:
+    """An answer's secrets: the tool's names and the fields its question marks sensitive."""
+    from mcptasks.queries import secret_fields
+
+    return _task_sensitive(obj) | secret_fields(obj.params or {})
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -52,15 +88,34 @@ class TaskAdmin(ReadOnlyAdmin):
     list_display = ("id", "tool_name", "tenant", "principal", "state", "created_at", "version")
     list_filter = ("state", "tenant", "tool_name")
     search_fields = ("id", "backend_job_id")
-    exclude = ("arguments",)  # never shown unredacted
+    # Never shown unredacted: what the tool was given, said, asked and returned.
+    _shown = ("arguments", "status_message", "result", "error", "cancel_reason", "step_log")
+    exclude = _shown
+    (
+        redacted_arguments,
+        redacted_status_message,
+        redacted_result,
+        redacted_error,
+        redacted_cancel_reason,
+        redacted_step_log,
+    ) = redacted_fields(*_shown, sensitive_of=_task_sensitive)
+    readonly_fields = tuple(f"redacted_{name}" for name in _shown)
 
 
 @admin.register(InputRequest)
 class InputRequestAdmin(ReadOnlyAdmin):
     list_display = ("task", "key", "method", "audience", "state", "answered_via")
-    exclude = ("response",)
+    exclude = ("params", "response")
+    (redacted_params,) = redacted_fields("params", sensitive_of=_task_sensitive)
+    (redacted_response,) = redacted_fields("response", sensitive_of=_answer_sensitive)
+    readonly_fields = ("redacted_params", "redacted_response")
 
 
 @admin.register(Effect)
 class EffectAdmin(ReadOnlyAdmin):
     list_display = ("task", "step", "state", "idempotent", "external_ref", "updated_at")
+    exclude = ("result", "reconcile_note")
+    redacted_result, redacted_reconcile_note = redacted_fields(
+        "result", "reconcile_note", sensitive_of=_task_sensitive
+    )
+    readonly_fields = ("redacted_result", "redacted_reconcile_note")

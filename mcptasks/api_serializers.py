@@ -98,7 +98,8 @@ class InputRequestSerializer(serializers.Serializer):
     key = serializers.CharField(source="request.key")
     method = serializers.CharField(source="request.method")
     params = serializers.DictField(
-        source="request.params", help_text="The question as the tool asked it."
+        help_text="The question as the tool asked it, redacted (the owner's own tasks/get, in "
+        "the task field, has it whole)."
     )
     audience = serializers.CharField(source="request.audience")
     forbid_self_approval = serializers.BooleanField(source="request.forbid_self_approval")

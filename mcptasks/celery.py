@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import logging
+import logging.config
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcptasks.settings")
 
 app = Celery("mcptasks")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["mcptasks"], related_name="jobs")
+
+
+@signals.setup_logging.connect
+def structured_logging(loglevel: Any = None, **kwargs: Any) -> None:
+    """Workers and beat log through the web's pipeline (``settings.LOGGING``: structlog and the
+    redactor) instead of Celery's own handlers, task tracebacks included; ``-l`` sets the level.
+
+    Connecting this signal stops Celery from configuring logging (and from redirecting
+    stdout/stderr), so both are done here: prints go to ``celery.redirected``, redacted too.
+    """
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
+    if app.conf.worker_redirect_stdouts:
+        app.log.redirect_stdouts(app.conf.worker_redirect_stdouts_level)

@@ -23,8 +23,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditEvent
-from audit.redact import redact, redact_text
-from mcptasks import access
+from audit.redact import redact_text
+from mcptasks import access, wire
 from mcptasks.models import (
     Effect,
     InputRequest,
@@ -42,7 +42,7 @@ STUCK_CANCEL_S = int(getattr(settings, "MCPTASKS_STUCK_CANCEL_S", 60))
 TIMELINE_LIMIT = 500
 # Heavy columns a list row never shows.
 LIST_DEFERRED = ("arguments", "result", "error", "step_log", "client_capabilities")
-SHOWN_BYTES = 16_384
+SHOWN_BYTES = wire.SHOWN_BYTES
 
 
 # ---------------------------------------------------------------- cursors
@@ -297,6 +297,7 @@ def inbox_counts(user: Any, *, now: datetime | None = None) -> InboxCounts:
 class InputView:
     request: InputRequest
     decision: access.Decision | None  # None unless pending
+    params: Any  # the question, redacted (the owner's raw form is in the wire task only)
     response: Any  # the stored answer, redacted
 
 
@@ -323,16 +324,8 @@ class TaskDetail:
         return [view for view in self.inputs if view.request.state == InputState.PENDING]
 
 
-def shown(value: Any, sensitive_keys: frozenset[str] = frozenset()) -> Any:
-    """A stored value as the dashboard may show it: redacted and size-capped."""
-    if value is None:
-        return None
-    return redact(value, sensitive_keys=sensitive_keys, max_bytes=SHOWN_BYTES)
-
-
-def sensitive_keys_of(tool_name: str) -> frozenset[str]:
-    tool_def = registry.get(tool_name)
-    return frozenset(tool_def.sensitive) if tool_def is not None else frozenset()
+shown = wire.shown
+sensitive_keys_of = wire.sensitive_keys_of
 
 
 def secret_fields(params: dict[str, Any]) -> frozenset[str]:
@@ -367,6 +360,7 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
         InputView(
             request=r,
             decision=decisions.get(r.pk),
+            params=shown(r.params, sensitive),
             response=shown(r.response, secret_fields(r.params)),
         )
         for r in requests

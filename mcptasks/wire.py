@@ -1,11 +1,18 @@
 """The one serializer of a task's wire shape (``DetailedTask``), used by tasks/get,
-notifications/tasks, the REST API and the dashboard alike."""
+notifications/tasks, the REST API and the dashboard alike.
+
+It is viewer-aware: the task's owner (its principal) sees what their tool produced; anyone else
+who may see the task — an operator, an auditor, a named viewer — sees the redacted form
+(:func:`audit.redact.redact`, with the tool's declared sensitive names), size-capped like the
+dashboard's: the status message, the input requests' params, the result and the error.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Any
 
+from audit.redact import redact, redact_text
 from mcptasks.models import InputRequest, Task, TaskState
 
 S = TaskState
@@ -26,8 +33,30 @@ def timestamp(value: datetime) -> str:
     return value.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def task_fields(task: Task) -> dict[str, Any]:
-    """The ``Task`` fields (no status payload)."""
+# The redacted form's size cap: a stub beyond it.
+SHOWN_BYTES = 16_384
+
+
+def shown(value: Any, sensitive_keys: frozenset[str] = frozenset()) -> Any:
+    """A stored value as anyone but its owner may see it (the dashboard, other viewers'
+    tasks/get): redacted and size-capped."""
+    if value is None:
+        return None
+    return redact(value, sensitive_keys=sensitive_keys, max_bytes=SHOWN_BYTES)
+
+
+def sensitive_keys_of(tool_name: str) -> frozenset[str]:
+    """The argument names the task's tool declares secret."""
+    from mcptasks.tools.registry import registry
+
+    tool_def = registry.get(tool_name)
+    return frozenset(tool_def.sensitive) if tool_def is not None else frozenset()
+
+
+def task_fields(task: Task, *, owner_view: bool = False) -> dict[str, Any]:
+    """The ``Task`` fields (no status payload); the status message redacted unless
+    ``owner_view``. The redacted form is the default: a caller that does not say whom it
+    answers shows nothing raw."""
     fields: dict[str, Any] = {
         "taskId": task.pk,
         "status": WIRE_STATUS[TaskState(task.state)],
@@ -37,26 +66,51 @@ def task_fields(task: Task) -> dict[str, Any]:
         "pollIntervalMs": task.poll_interval_ms,
     }
     if task.status_message:
-        fields["statusMessage"] = task.status_message
+        fields["statusMessage"] = (
+            task.status_message if owner_view else redact_text(task.status_message)
+        )
     return fields
 
 
-def input_requests_object(requests: list[InputRequest]) -> dict[str, Any]:
-    return {r.key: {"method": r.method, "params": r.params} for r in requests}
+def input_requests_object(
+    requests: list[InputRequest],
+    *,
+    owner_view: bool = True,
+    sensitive: frozenset[str] = frozenset(),
+) -> dict[str, Any]:
+    return {
+        r.key: {
+            "method": r.method,
+            "params": r.params if owner_view else shown(r.params, sensitive),
+        }
+        for r in requests
+    }
 
 
-def detailed_task(task: Task, requests: list[InputRequest]) -> dict[str, Any]:
+def detailed_task(
+    task: Task, requests: list[InputRequest], *, owner_view: bool = False
+) -> dict[str, Any]:
     """The ``DetailedTask`` for one viewer: ``requests`` are the pending input requests this
-    viewer may answer (access.answerable_requests)."""
-    fields = task_fields(task)
+    viewer may answer (access.answerable_requests); ``owner_view`` says whether the viewer is
+    the task's principal (the raw form) or anyone else (the redacted form)."""
+    fields = task_fields(task, owner_view=owner_view)
+    sensitive = frozenset() if owner_view else sensitive_keys_of(task.tool_name)
     status = fields["status"]
     if status == "input_required":
         if requests:
-            fields["inputRequests"] = input_requests_object(requests)
+            fields["inputRequests"] = input_requests_object(
+                requests, owner_view=owner_view, sensitive=sensitive
+            )
         else:
             fields["status"] = "working"  # nothing this viewer can answer
     elif status == "completed":
-        fields["result"] = task.result
+        fields["result"] = task.result if owner_view else shown(task.result, sensitive)
     elif status == "failed":
-        fields["error"] = task.error or {"code": -32603, "message": "Task failed"}
+        error = task.error or {"code": -32603, "message": "Task failed"}
+        fields["error"] = error if owner_view else shown(error, sensitive)
     return fields
+
+
+def is_owner(user: Any, task: Task) -> bool:
+    """Whether ``user`` sees ``task`` as its owner (the raw form of :func:`detailed_task`)."""
+    return user is not None and user.pk is not None and task.principal_id == user.pk

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from mcptasks import wire
 from mcptasks.models import TaskState
 from mcptasks.wire import WIRE_STATUS
 
@@ -220,8 +221,11 @@ def audit_summary(event: Any) -> str:
 
 
 @register.filter
-def redacted(value: Any) -> str:
-    """Free text (status messages, reasons) as the dashboard may show it."""
+def redacted(value: Any) -> Any:
+    """Free text (status messages, reasons, questions) — or any stored value — as the
+    dashboard may show it."""
     from audit.redact import redact_text
 
-    return redact_text(value) if isinstance(value, str) and value else (value or "")
+    if value is None or value == "":
+        return ""
+    return redact_text(value) if isinstance(value, str) else wire.shown(value)

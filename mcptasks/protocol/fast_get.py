@@ -203,4 +203,5 @@ async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | N
             version=task.version,
         )
         metrics.TASKS_GET_FAST.inc()
-        return {"resultType": "complete", **wire.detailed_task(task, [])}
+        # Only the task's own principal takes this path (decide_without_queries above).
+        return {"resultType": "complete", **wire.detailed_task(task, [], owner_view=True)}

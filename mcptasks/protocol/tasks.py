@@ -37,7 +37,8 @@ def visible_task(user: Any, task_id: Any, field: str = "taskId") -> Task:
 def detailed_for(
     user: Any, task: Task, capabilities: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The DetailedTask ``user`` sees; with ``capabilities`` (those of the request that asks),
+    """The DetailedTask ``user`` sees (raw for its owner, redacted for anyone else); with
+    ``capabilities`` (those of the request that asks),
     only the input requests that request declared it can take are surfaced (§8 item 4)."""
     requests = (
         access.answerable_requests(user, task, channel="mcp")
@@ -48,7 +49,7 @@ def detailed_for(
         requests = [
             r for r in requests if declares_input_kind(capabilities, r.method, r.params or {})
         ]
-    return wire.detailed_task(task, requests)
+    return wire.detailed_task(task, requests, owner_view=wire.is_owner(user, task))
 
 
 @metrics.TASKS_GET_SECONDS.time()

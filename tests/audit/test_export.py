@@ -284,3 +284,27 @@ def test_times_are_exported_exactly_as_hashed_with_or_without_microseconds(
     for stamp in expected:
         assert stamp.encode() in content
     assert check(content, manifest).ok
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_as_formulas_are_neutralised() -> None:
+    """OWASP's CSV-injection rule: =, +, -, @, tab, CR get a leading apostrophe; the export
+    still verifies (the reader drops exactly that apostrophe)."""
+    from audit.record import record
+
+    names = ["=cmd|' /C calc'!A0", "+SUM(1)", "-2+3", "@HYPERLINK(x)", "\tx", "'=already"]
+    for name in names:
+        record(
+            action="auth.login_failed",
+            actor=Actor(kind="anonymous", display=name),
+            tenant_id=None,
+            tenant_slug=None,
+        )
+    content, manifest = export(ExportFilters(chain="system"), "csv")
+    assert check(content, manifest).ok
+    import csv
+
+    rows = list(csv.reader(io.StringIO(content.decode())))
+    displays = [row[6] for row in rows[1:] if row[7] == "auth.login_failed"]
+    assert displays == ["'" + name for name in names]
+    for display in displays:
+        assert display[0] not in "=+-@\t\r"

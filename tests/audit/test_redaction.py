@@ -498,6 +498,27 @@ def build_corpus() -> list[Case]:
         [secret],
         ["webhook"],
     )
+    pw = password()
+    add(
+        "password_assignment_in_angle_brackets",
+        {"error": f"login refused for <user=ann> <password={pw}> at 10:02"},
+        [pw],
+        ["<user=ann>", "at 10:02"],
+    )
+    secret = aws_secret()
+    add(
+        "aws_secret_assignment_in_prose_after_a_path",
+        {"note": f"loaded profile/aws_secret_access_key={secret} from the vault"},
+        [secret],
+        ["from the vault"],
+    )
+    pw = password()
+    add(
+        "password_value_in_angle_brackets",
+        {"hint": f"use password=<{pw}> for the staging box"},
+        [pw],
+        ["for the staging box"],
+    )
     return cases
 
 

@@ -51,9 +51,24 @@ class Command(BaseCommand):
 
             embedded.start(workers=options["workers"])
             self.stdout.write(f"In-process worker ({options['workers']} threads) and beat started.")
-        from daphne.cli import CommandLineInterface
-
         self.stdout.write(f"Serving on http://{host}:{port}/ (MCP endpoint /mcp)")
-        CommandLineInterface().run(
+        daphne_cli().run(
             ["-b", host, "-p", str(port), "--proxy-headers", "mcptasks.asgi:application"]
         )
+
+
+def daphne_cli() -> Any:
+    """Daphne's command line with its access log replaced by ours (:class:`AccessLog`): Daphne
+    writes request lines, query strings and all, raw to stdout."""
+    from daphne.cli import CommandLineInterface
+    from daphne.server import Server
+
+    from mcptasks.logging import AccessLog
+
+    class RedactingServer(Server):  # type: ignore[misc]
+        def __init__(self, *args: Any, action_logger: Any = None, **kwargs: Any) -> None:
+            super().__init__(*args, action_logger=AccessLog() if action_logger else None, **kwargs)
+
+    cli = CommandLineInterface()
+    cli.server_class = RedactingServer
+    return cli
