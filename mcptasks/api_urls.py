@@ -4,26 +4,19 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.urls import URLPattern, URLResolver, path, re_path
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from audit import api as audit_api
-from mcptasks import api
+from mcptasks import api, errors
 
 TASK = "v1/tasks/<str:task_id>"
 
 
+@csrf_exempt  # it changes nothing: any method gets the JSON 404, never the "form expired" page
 def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
-    """Any other path under /api/: a problem, like every error of the API."""
-    return JsonResponse(
-        {
-            "type": "about:blank",
-            "title": "Not Found",
-            "status": 404,
-            "detail": "No such API endpoint.",
-        },
-        status=404,
-        content_type="application/problem+json",
-    )
+    """Any other path (and method) under /api/: a problem, like every error of the API."""
+    return errors.api_not_found()
 
 
 urlpatterns: list[URLPattern | URLResolver] = [

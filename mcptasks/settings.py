@@ -136,6 +136,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "mcptasks.errors.NotFoundPagesMiddleware",
 ]
 
 ROOT_URLCONF = "mcptasks.urls"
