@@ -15,7 +15,7 @@ from django.shortcuts import render
 
 from audit.record import Actor
 from mcptasks import access, queries
-from mcptasks.models import Membership, Task, Tenant
+from mcptasks.models import Membership, Role, Task, Tenant
 
 SESSION_TENANT = "dashboard_tenant"
 
@@ -137,6 +137,17 @@ def denied(request: HttpRequest, reason: str, *, title: str = "Not permitted") -
     return render_page(
         request, "dashboard/denied.html", {"title": title, "reason": reason}, status=403
     )
+
+
+def start_url_name(user: Any) -> str:
+    """Where a user's work is: operators on the inbox, auditors (and nothing else) on the audit
+    trail, everyone else (members, tenant admins) on their tasks."""
+    roles = set().union(*access.roles_by_tenant(user).values())
+    if Role.OPERATOR in roles or access.is_cross_tenant_operator(user):
+        return "dashboard:inbox"
+    if roles == {Role.AUDITOR}:
+        return "dashboard:audit"
+    return "dashboard:tasks"
 
 
 def actor_for(user: Any, task: Task | None = None) -> Actor:
