@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.urls import URLPattern, URLResolver, path, re_path
@@ -27,7 +29,10 @@ REDOC_STYLE_HASHES = [
     "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",
     "'sha256-QMIg+bpjm3JdElJ388KYke01izlUW0UoNOeKjpMxdgc='",
 ]
-REDOC_CSP = {**settings.SECURE_CSP, "style-src": [CSP.SELF, CSP.NONCE, *REDOC_STYLE_HASHES]}
+REDOC_CSP: dict[str, Any] = {
+    **settings.SECURE_CSP,
+    "style-src": [CSP.SELF, CSP.NONCE, *REDOC_STYLE_HASHES],
+}
 
 
 @csrf_exempt  # it changes nothing: any method gets the JSON 404, never the "form expired" page
