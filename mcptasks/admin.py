@@ -1,4 +1,10 @@
-"""Django admin: read-only for task state, which changes only through lifecycle."""
+"""Django admin: for superusers only, and read-only for task state (changed only through
+lifecycle).
+
+``is_staff`` means a cross-tenant operator here (access.py), not an admin user: operators and
+tenant admins work in the dashboard and the administration commands (README "Administration").
+The admin shows every tenant's rows, so it is for the people who run the server.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,15 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from mcptasks.models import ApiToken, Effect, InputRequest, Membership, Task, Tenant
+
+
+def superusers_only(request: HttpRequest) -> bool:
+    user = request.user
+    return bool(user.is_active and user.is_superuser)
+
+
+admin.site.has_permission = superusers_only  # type: ignore[method-assign]
+admin.site.site_header = "mcptasks administration (superusers)"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
