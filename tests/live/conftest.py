@@ -150,6 +150,16 @@ def mcp_server_process(
         yield server
 
 
+@pytest.fixture(scope="session")
+def embedded_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A fresh embedded default (its own var/ directory), migrated and seeded with the demo:
+    the directory and the cast's MCP tokens (tests.live.embedded_demo)."""
+    from tests.live.embedded_demo import seed
+
+    var_dir = tmp_path_factory.mktemp("embedded-var")
+    return var_dir, seed(var_dir)
+
+
 @pytest.fixture
 def alice_token(cast: dict[str, dict[str, Any]]) -> str:
     return str(cast["alice"]["token"])

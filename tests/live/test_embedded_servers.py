@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.live.embedded_demo import running, seed
+from tests.live.embedded_demo import running
 
 pytestmark = pytest.mark.live
 VERSION = "2026-07-28"
@@ -21,12 +21,6 @@ META = {
         "extensions": {"io.modelcontextprotocol/tasks": {}}
     },
 }
-
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
-    var_dir = tmp_path_factory.mktemp("embedded-var")
-    return var_dir, seed(var_dir)
 
 
 def call(url: str, token: str, method: str, params: dict[str, Any], name: str = "") -> Any:
@@ -46,9 +40,9 @@ def call(url: str, token: str, method: str, params: dict[str, Any], name: str = 
 
 @pytest.mark.parametrize("kind", ["uvicorn", "daphne", "serve"])
 def test_a_task_created_through_any_server_runs_to_completion(
-    demo: tuple[Path, dict[str, str]], kind: str
+    embedded_demo: tuple[Path, dict[str, str]], kind: str
 ) -> None:
-    var_dir, tokens = demo
+    var_dir, tokens = embedded_demo
     with running(kind, var_dir) as server:
         created = call(
             server.url,
