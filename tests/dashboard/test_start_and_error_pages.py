@@ -98,3 +98,13 @@ def test_a_server_error_shows_the_product_500_page(settings: Any, db: Any) -> No
     assert api.status_code == 500
     assert api["Content-Type"] == "application/problem+json"
     assert api.json()["status"] == 500
+
+
+def test_a_member_with_a_question_waiting_starts_on_the_inbox(
+    client_for: Any, awaiting: Any
+) -> None:
+    from mcptasks.models import Audience
+
+    awaiting("alice", audience=Audience.ANY, forbid_self_approval=False)
+    assert client_for("alice").get("/")["Location"] == "/inbox/"
+    assert client_for("adam").get("/")["Location"] == "/tasks/"  # nothing waits for him
