@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.live.embedded_demo import ROOT, embedded_env, running
+from tests.live.embedded_demo import ROOT, embedded_env, executable, running
 
 pytestmark = pytest.mark.live
 README = (ROOT / "README.md").read_text()
@@ -106,3 +106,31 @@ def test_the_readme_rest_token_and_administration_commands_work(
             f"{server.url}/api/v1/tokens", headers={"Authorization": f"Bearer {dora}"}
         )
         assert whoami.status_code == 200, whoami.text
+
+
+def test_a_command_with_an_unknown_tenant_exits_1_naming_it(
+    embedded_demo: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    var_dir, _ = embedded_demo
+    out = tmp_path / "audit.jsonl"
+    result = subprocess.run(
+        [
+            executable("python"),
+            "manage.py",
+            "export_audit",
+            "--tenant",
+            "acmee",
+            "--format",
+            "jsonl",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        env=embedded_env(var_dir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "no tenant 'acmee'" in result.stderr
+    assert not out.exists()
