@@ -70,6 +70,12 @@ class Command(BaseCommand):
             embedded.start(workers=options["workers"])
             self.stdout.write(f"In-process worker ({options['workers']} threads) and beat started.")
         else:
+            if settings.MCPTASKS_EMBEDDED_WORKER:
+                # Asked for explicitly; the embedded queue lives in this process, so say it.
+                self.stderr.write(
+                    "--no-worker on the embedded default: tasks created here are not run "
+                    "(set DATABASE_URL and REDIS_URL and run `celery -A mcptasks worker`)"
+                )
             embedded.decline()  # the application must not start one on its first request
         from daphne.cli import CommandLineInterface
 
