@@ -372,7 +372,7 @@ def pages(seeded: dict[str, Any]) -> list[tuple[str, str, str]]:
     newest = seeded["newest_acme"]
     cursor = encode_cursor(datetime.now(UTC) - timedelta(days=10), "~")
     return [
-        ("olga", "inbox", "/"),
+        ("olga", "inbox", "/inbox/"),
         ("olga", "tasks list (acme, 70k)", "/tasks/"),
         ("olga", "tasks list, all tenants (100k)", "/tasks/?tenant="),
         ("olga", "tasks list, 10 days back", f"/tasks/?older={cursor}"),
@@ -386,7 +386,7 @@ def pages(seeded: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("olga", "audit list, all chains (1M)", "/audit/?tenant=*"),
         ("olga", "audit list, action filter", "/audit/?tenant=acme&action=task.completed"),
         ("olga", "audit list, task filter", f"/audit/?tenant=*&task={newest}"),
-        ("alice", "inbox (member)", "/"),
+        ("alice", "inbox (member)", "/inbox/"),
         ("alice", "tasks list (member, ~35k own)", "/tasks/"),
         ("alice", "task detail (owner)", f"/tasks/{seeded['alice_task']}/"),
         ("carl", "audit list (auditor, both tenants)", "/audit/?tenant=*"),

@@ -15,7 +15,7 @@ from django.shortcuts import render
 
 from audit.record import Actor
 from mcptasks import access, queries
-from mcptasks.models import Membership, Task, Tenant
+from mcptasks.models import Membership, Role, Task, Tenant
 
 SESSION_TENANT = "dashboard_tenant"
 
@@ -137,6 +137,20 @@ def denied(request: HttpRequest, reason: str, *, title: str = "Not permitted") -
     return render_page(
         request, "dashboard/denied.html", {"title": title, "reason": reason}, status=403
     )
+
+
+def start_url_name(user: Any) -> str:
+    """Where a user's work is: operators on the inbox; auditors (and nothing else) on the audit
+    trail; members and tenant admins on their tasks, or on the inbox while it holds something
+    for them (an approval they were named for, a question of their own task)."""
+    roles = set().union(*access.roles_by_tenant(user).values())
+    if Role.OPERATOR in roles or access.is_cross_tenant_operator(user):
+        return "dashboard:inbox"
+    if roles == {Role.AUDITOR}:
+        return "dashboard:audit"
+    if access.answerable_inputs(user).exists():
+        return "dashboard:inbox"
+    return "dashboard:tasks"
 
 
 def actor_for(user: Any, task: Task | None = None) -> Actor:

@@ -26,6 +26,7 @@ from dashboard.pages import (
     page,
     render_fragment,
     render_page,
+    start_url_name,
     tenant_choices,
 )
 from mcptasks import access, lifecycle, queries
@@ -75,6 +76,14 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     if not back.startswith("/") or back.startswith("//"):
         back = reverse("dashboard:tasks")
     return HttpResponseRedirect(back)
+
+
+# ---------------------------------------------------------------- start page
+@page
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """``/`` and the landing after login: the page where this user's work is."""
+    return redirect(start_url_name(request.user))
 
 
 # ---------------------------------------------------------------- inbox

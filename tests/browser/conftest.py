@@ -10,6 +10,7 @@ Playwright's sync API keeps an event loop in the test's thread, where Django ref
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -111,7 +112,8 @@ class Session:
         self.page.fill("#id_username", name)
         self.page.fill("#id_password", password)
         self.page.click("button[type=submit]")
-        self.page.wait_for_url(f"{base_url}/")
+        # The start page of the role: the inbox, the tasks or the audit trail.
+        self.page.wait_for_url(re.compile(rf"^{re.escape(base_url)}/(inbox|tasks|audit)/$"))
 
     def new_page(self) -> Any:
         page = self.context.new_page()
