@@ -178,7 +178,7 @@ class ListenRecorder(threading.Thread):
 
 # ---------------------------------------------------------------- what non-owners see
 def dashboard_pages(url: str, who: Viewer, task_ids: list[str], asking: str | None) -> list:
-    paths = ["/", "/?fragment=1", "/inbox/counts", "/tasks/", "/audit/", "/audit/export"]
+    paths = ["/inbox/", "/inbox/?fragment=1", "/inbox/counts", "/tasks/", "/audit/", "/audit/export"]
     paths += ["/audit/verify", "/tokens/"]
     for task_id in task_ids:
         paths += [f"/tasks/{task_id}/", f"/tasks/{task_id}/?fragment=live", f"/tasks/{task_id}/row"]
