@@ -32,6 +32,7 @@ from dashboard.pages import (
     render_fragment,
     render_page,
     tenant_choices,
+    wants_fragment,
 )
 from mcptasks import access, queries, tokens
 from mcptasks.models import Tenant
@@ -112,8 +113,7 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     )
     tenants = {tenant.pk: tenant for tenant in Tenant.objects.all()}
     context = {"form": form, "page": result, "tenants": tenants, "actions": queries.AUDIT_ACTIONS}
-    htmx = getattr(request, "htmx", None)
-    if htmx and htmx.target == "audit-results":
+    if wants_fragment(request, "audit-results"):
         return render_fragment(request, "dashboard/_audit_results.html", context)
     return render_page(request, "dashboard/audit_list.html", context)
 

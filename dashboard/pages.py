@@ -12,6 +12,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils.cache import patch_cache_control, patch_vary_headers
 
 from audit.record import Actor
 from mcptasks import access, queries
@@ -49,9 +50,31 @@ def with_csp(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpRespons
     return wrapped
 
 
+# What a dashboard response depends on besides its URL and the session: a view answers an htmx
+# request (``HX-Request``, aimed at ``HX-Target``) with a fragment of the page, anything else —
+# a navigation, a reload, Back/Forward, htmx restoring history — with the whole page.
+VARY_ON = ("HX-Request", "HX-Target", "HX-History-Restore-Request")
+
+
+def cache_headers(response: HttpResponseBase) -> HttpResponseBase:
+    """Per-user pages that the browser's cache must never hand to another kind of request:
+    vary on the htmx headers; private and revalidated (fragments set ``no-store`` themselves,
+    so Back, Forward or a shared link never replay one as a page)."""
+    patch_vary_headers(response, VARY_ON)
+    if "Cache-Control" not in response.headers:
+        patch_cache_control(response, private=True, no_cache=True)
+    return response
+
+
 def page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-    """A signed-in dashboard page: login required, CSP sent."""
-    return with_csp(login_required(view))
+    """A signed-in dashboard page: login required, CSP and cache headers sent."""
+    secured = with_csp(login_required(view))
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        return cache_headers(secured(request, *args, **kwargs))
+
+    return wrapped
 
 
 @dataclass
@@ -122,14 +145,25 @@ def render_page(
     return render(request, template, full, status=status)
 
 
+def wants_fragment(request: HttpRequest, target: str) -> bool:
+    """An htmx swap of the element ``target`` (filters, pager) — not htmx restoring history,
+    which needs the whole page."""
+    htmx = getattr(request, "htmx", None)
+    if not htmx:
+        return False
+    return bool(htmx.target == target and not htmx.history_restore_request)
+
+
 def render_fragment(
     request: HttpRequest, template: str, context: dict[str, Any] | None = None
 ) -> HttpResponse:
     """Render a piece of a page (live updates, htmx swaps) without the navigation's queries."""
     audit = access.audit_tenants(request.user)
-    return render(
+    response = render(
         request, template, {"nav_may_audit": audit is None or bool(audit), **(context or {})}
     )
+    patch_cache_control(response, private=True, no_store=True)
+    return response
 
 
 def denied(request: HttpRequest, reason: str, *, title: str = "Not permitted") -> HttpResponse:

@@ -27,6 +27,7 @@ from dashboard.pages import (
     render_fragment,
     render_page,
     tenant_choices,
+    wants_fragment,
 )
 from mcptasks import access, lifecycle, queries
 from mcptasks.models import InputRequest, InputState, Task, TaskState
@@ -140,8 +141,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
         "page": result,
         "first_page": not request.GET.get("older") and not request.GET.get("newer"),
     }
-    htmx = getattr(request, "htmx", None)
-    if htmx and htmx.target == "task-results":
+    if wants_fragment(request, "task-results"):
         return render_fragment(request, "dashboard/_task_results.html", context)
     return render_page(request, "dashboard/tasks.html", context)
 

@@ -239,6 +239,18 @@
     if (target && target.matches && target.matches("input[data-select-on-focus]")) { target.select(); }
   });
 
+  // A filter applied in place pushed its own URL: the tenant switcher comes back to it, and the
+  // links that carry the filters (the audit export) carry the new ones.
+  document.addEventListener("htmx:pushedIntoHistory", function () {
+    var here = window.location.pathname + window.location.search;
+    document.querySelectorAll('.tenant-switch input[name="next"]').forEach(function (input) {
+      input.value = here;
+    });
+    document.querySelectorAll("a[data-keeps-query]").forEach(function (link) {
+      link.href = link.pathname + window.location.search;
+    });
+  });
+
   refreshRelativeTimes(document);
   setInterval(function () { refreshRelativeTimes(document); }, 30000);
   if (body.dataset.wsUrl) {
