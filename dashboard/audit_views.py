@@ -120,8 +120,8 @@ def audit_list(request: HttpRequest) -> HttpResponse:
 
 @page
 @require_GET
-def audit_detail(request: HttpRequest, event_id: int) -> HttpResponse:
-    event = queries.audit_event(request.user, event_id)
+def audit_detail(request: HttpRequest, chain: str, seq: int) -> HttpResponse:
+    event = queries.audit_event(request.user, chain, seq)
     if event is None:
         raise Http404("No such event")
     task_visible = bool(event.task_id) and queries.get_task(request.user, event.task_id) is not None

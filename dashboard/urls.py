@@ -35,7 +35,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("audit/", audit_views.audit_list, name="audit"),
     path("audit/export", audit_views.audit_export, name="audit_export"),
     path("audit/verify", audit_views.audit_verify, name="audit_verify"),
-    path("audit/<int:event_id>/", audit_views.audit_detail, name="audit_event"),
+    # An event's address is its chain and its sequence number in it ("tenant:acme" #323): the
+    # number alone is ambiguous across tenants, and the primary key is no address at all.
+    path("audit/<str:chain>/<int:seq>/", audit_views.audit_detail, name="audit_event"),
     path("tokens/", audit_views.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke", audit_views.token_revoke, name="token_revoke"),
 ]
