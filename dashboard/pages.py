@@ -120,6 +120,67 @@ def current_tenant(request: HttpRequest) -> Tenant | None:
     return choices[0].tenant if choices else None
 
 
+@dataclass(frozen=True)
+class Scope:
+    """The tenant a page shows: one of the user's, or all of them (``tenant`` None)."""
+
+    tenant: Tenant | None
+    error: str = ""
+
+    @property
+    def tenant_id(self) -> int | None:
+        return self.tenant.pk if self.tenant is not None else None
+
+    @property
+    def param(self) -> str:
+        """The scope as the ``tenant`` parameter of a URL ("" for every tenant)."""
+        return self.tenant.slug if self.tenant is not None else ""
+
+
+def scope_of(request: HttpRequest, params: Any) -> Scope:
+    """The tenant scope of a page: its ``tenant`` parameter ("" for all the user's tenants)
+    when the URL has one, else the tenant switcher's — the same rule on every page."""
+    if "tenant" not in params:
+        return Scope(current_tenant(request))
+    slug = params.get("tenant") or ""
+    if not slug:
+        return Scope(None)
+    for choice in tenant_choices(request):
+        if choice.tenant.slug == slug:
+            return Scope(choice.tenant)
+    return Scope(None, error=f"You work in no tenant {slug!r}.")
+
+
+def _counts_by_tenant(request: HttpRequest) -> dict[int, queries.InboxCounts]:
+    cached = getattr(request, "_dashboard_counts", None)
+    if cached is None:
+        cached = queries.inbox_counts_by_tenant(request.user)
+        request._dashboard_counts = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def scope_counts(request: HttpRequest, tenant: Tenant | None) -> queries.InboxCounts:
+    """What waits on the user in ``tenant`` (every tenant when None): the inbox badge."""
+    counts = _counts_by_tenant(request)
+    chosen = (
+        list(counts.values())
+        if tenant is None
+        else [c for t, c in counts.items() if t == tenant.pk]
+    )
+    return queries.InboxCounts(
+        inputs=sum(c.inputs for c in chosen),
+        unknown_effects=sum(c.unknown_effects for c in chosen),
+        stuck_cancels=sum(c.stuck_cancels for c in chosen),
+    )
+
+
+def waiting_elsewhere(request: HttpRequest, tenant: Tenant | None) -> int:
+    """How much waits on the user outside ``tenant`` (so that a scope never hides work)."""
+    if tenant is None:
+        return 0
+    return sum(c.total for t, c in _counts_by_tenant(request).items() if t != tenant.pk)
+
+
 def nav_context(request: HttpRequest) -> dict[str, Any]:
     user = request.user
     choices = tenant_choices(request)
@@ -133,7 +194,7 @@ def nav_context(request: HttpRequest) -> dict[str, Any]:
         "nav_roles": roles,
         "nav_may_audit": audit is None or bool(audit),
         "nav_tokens_admin": tokens_admin is None or bool(tokens_admin),
-        "nav_counts": queries.inbox_counts(user),
+        "nav_counts": scope_counts(request, tenant),
     }
 
 

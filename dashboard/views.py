@@ -26,7 +26,10 @@ from dashboard.pages import (
     page,
     render_fragment,
     render_page,
+    scope_counts,
+    scope_of,
     tenant_choices,
+    waiting_elsewhere,
     wants_fragment,
 )
 from mcptasks import access, lifecycle, queries
@@ -82,20 +85,28 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
 @page
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
-    """Everything waiting on this user; ``?fragment=1`` renders the lists alone (live)."""
-    context = {"inbox": queries.inbox(request.user), "stuck_after_s": queries.STUCK_CANCEL_S}
+    """Everything waiting on this user in the tenant scope (``?tenant=``, else the switcher's;
+    "" for all their tenants); ``?fragment=1`` renders the lists alone (live)."""
+    scope = scope_of(request, request.GET)
+    found = queries.inbox(request.user, tenant_id=scope.tenant_id) if not scope.error else None
+    context: dict[str, Any] = {
+        "inbox": found or queries.Inbox(),
+        "scope": scope,
+        "stuck_after_s": queries.STUCK_CANCEL_S,
+    }
     if request.GET.get("fragment"):
         return render_fragment(request, "dashboard/_inbox_content.html", context)
-    return render_page(request, "dashboard/inbox.html", context)
+    if found is not None:
+        context["elsewhere"] = waiting_elsewhere(request, scope.tenant)
+    return render_page(request, "dashboard/inbox.html", context, status=400 if scope.error else 200)
 
 
 @page
 @require_GET
 def inbox_counts(request: HttpRequest) -> HttpResponse:
-    """The navigation's inbox badge (live)."""
-    return render_fragment(
-        request, "dashboard/_counts.html", {"nav_counts": queries.inbox_counts(request.user)}
-    )
+    """The navigation's inbox badge (live), in the switcher's tenant like the navigation's."""
+    counts = scope_counts(request, current_tenant(request))
+    return render_fragment(request, "dashboard/_counts.html", {"nav_counts": counts})
 
 
 # ---------------------------------------------------------------- tasks list

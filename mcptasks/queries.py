@@ -18,7 +18,7 @@ from itertools import islice
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -245,32 +245,41 @@ class InboxCounts:
 INBOX_LIMIT = 50
 
 
-def _stuck_cancels(user: Any, now: datetime | None) -> QuerySet[Task]:
+def _stuck_cancels(user: Any, now: datetime | None, tenant_id: int | None) -> QuerySet[Task]:
     """Running tasks whose cancel intent is older than the threshold (a task in any other
     state is cancelled at once when intent is recorded, so only running ones can linger)."""
     threshold = (now or timezone.now()) - timedelta(seconds=STUCK_CANCEL_S)
-    return access.tasks_where(user, access.Action.FORCE_CANCEL).filter(
-        state=TaskState.RUNNING, cancel_requested_at__lt=threshold
+    return _in_tenant(
+        access.tasks_where(user, access.Action.FORCE_CANCEL).filter(
+            state=TaskState.RUNNING, cancel_requested_at__lt=threshold
+        ),
+        tenant_id,
     )
 
 
-def inbox(user: Any, *, now: datetime | None = None) -> Inbox:
+def _in_tenant(rows: QuerySet[Any], tenant_id: int | None) -> QuerySet[Any]:
+    """``rows`` of one tenant, or all of them (``tenant_id`` None): the dashboard's scope."""
+    return rows if tenant_id is None else rows.filter(tenant_id=tenant_id)
+
+
+def inbox(user: Any, *, tenant_id: int | None = None, now: datetime | None = None) -> Inbox:
     """Input requests ``user`` may answer, unknown effects they may reconcile, and tasks whose
-    requested cancel has not taken effect within :data:`STUCK_CANCEL_S` — three queries."""
+    requested cancel has not taken effect within :data:`STUCK_CANCEL_S` — in one tenant, or
+    every tenant (``tenant_id`` None) — three queries."""
     inputs = list(
-        access.answerable_inputs(user)
+        _in_tenant(access.answerable_inputs(user), tenant_id)
         .select_related("task", "task__principal", "tenant")
         .defer(*(f"task__{name}" for name in LIST_DEFERRED))
         .order_by("created_at", "pk")[: INBOX_LIMIT + 1]
     )
     effects = list(
-        access.reconcilable_effects(user)
+        _in_tenant(access.reconcilable_effects(user), tenant_id)
         .select_related("task", "task__principal", "tenant")
         .defer("result", *(f"task__{name}" for name in LIST_DEFERRED))
         .order_by("updated_at", "pk")[: INBOX_LIMIT + 1]
     )
     stuck = list(
-        _stuck_cancels(user, now)
+        _stuck_cancels(user, now, tenant_id)
         .select_related("tenant", "principal", "cancel_requested_by")
         .defer(*LIST_DEFERRED)
         .order_by("cancel_requested_at")[: INBOX_LIMIT + 1]
@@ -284,12 +293,26 @@ def inbox(user: Any, *, now: datetime | None = None) -> Inbox:
     )
 
 
-def inbox_counts(user: Any, *, now: datetime | None = None) -> InboxCounts:
-    return InboxCounts(
-        inputs=access.answerable_inputs(user).count(),
-        unknown_effects=access.reconcilable_effects(user).count(),
-        stuck_cancels=_stuck_cancels(user, now).count(),
-    )
+def inbox_counts_by_tenant(user: Any, *, now: datetime | None = None) -> dict[int, InboxCounts]:
+    """How much waits on ``user`` (what :func:`inbox` lists, counted) in each tenant with
+    anything waiting: three grouped queries, for the navigation's badge and the inbox's "more
+    in your other tenants"."""
+
+    def per_tenant(rows: QuerySet[Any]) -> dict[int, int]:
+        grouped = rows.order_by().values("tenant_id").annotate(n=Count("pk"))
+        return {row["tenant_id"]: row["n"] for row in grouped}
+
+    inputs = per_tenant(access.answerable_inputs(user))
+    effects = per_tenant(access.reconcilable_effects(user))
+    stuck = per_tenant(_stuck_cancels(user, now, None))
+    return {
+        tenant_id: InboxCounts(
+            inputs=inputs.get(tenant_id, 0),
+            unknown_effects=effects.get(tenant_id, 0),
+            stuck_cancels=stuck.get(tenant_id, 0),
+        )
+        for tenant_id in {*inputs, *effects, *stuck}
+    }
 
 
 # ---------------------------------------------------------------- task detail
@@ -487,9 +510,10 @@ def audit_page(
     )
 
 
-def audit_event(user: Any, event_id: int) -> AuditEvent | None:
-    """One audit event if ``user`` may read it."""
-    return access.visible_audit_events(user).filter(pk=event_id).first()
+def audit_event(user: Any, chain: str, seq: int) -> AuditEvent | None:
+    """The event ``seq`` of ``chain`` (its address: sequence numbers are per chain) if ``user``
+    may read it."""
+    return access.visible_audit_events(user).filter(chain=chain, seq=seq).first()
 
 
 AUDIT_ACTIONS = (

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+PRODUCTION = {"service": "checkout", "version": "1.4.0", "environment": "production"}
 STAGING = {"service": "checkout", "version": "1.4.0", "environment": "staging"}
 
 
@@ -72,3 +73,52 @@ def test_back_forward_and_reload_after_filtering_show_whole_pages(sign_in, mcp_a
         assert "no-store" in fragment.headers["cache-control"]
         page.close()
     assert not olga.console_errors, olga.console_errors
+
+
+def first_event(chain: str) -> tuple[int, int]:
+    from audit.models import AuditEvent
+
+    event = AuditEvent.objects.filter(chain=chain).order_by("seq").first()
+    return event.pk, event.seq
+
+
+def test_one_tenant_scope_everywhere_and_audit_addresses_name_their_chain(sign_in, mcp_as, backend):
+    acme = mcp_as("alice").start("deploy_service", PRODUCTION)
+    globex = mcp_as("bob").start("deploy_service", PRODUCTION)
+    assert backend.run_task(acme) == backend.run_task(globex) == "awaiting_operator"
+    olga = sign_in("olga")
+    page = olga.page  # the inbox, in olga's first tenant
+    expect(page.locator("#inbox-scope")).to_contain_text("Acme Corp")
+    expect(page.locator(f'#inbox [data-task-id="{acme}"]')).to_be_visible()
+    expect(page.locator(f'#inbox [data-task-id="{globex}"]')).to_have_count(0)
+    expect(page.locator("[data-elsewhere]")).to_contain_text("1 more waiting")
+    expect(page.locator("#inbox-count")).to_have_text("1")
+
+    page.locator("#tenant-switch").select_option("globex")
+    expect(page.locator("#inbox-scope")).to_contain_text("Globex Inc")
+    expect(page.locator(f'#inbox [data-task-id="{globex}"]')).to_be_visible()
+    expect(page.locator(f'#inbox [data-task-id="{acme}"]')).to_have_count(0)
+    page.get_by_role("link", name="show all").click()
+    expect(page.locator(f'#inbox [data-task-id="{acme}"]')).to_be_visible()
+    expect(page.locator(f'#inbox [data-task-id="{globex}"]')).to_be_visible()
+    page.goto("/tasks/")
+    expect(page.locator(f'[id="row-{globex}"]')).to_be_visible()
+    expect(page.locator(f'[id="row-{acme}"]')).to_have_count(0)
+
+    # An audit event's address is its chain and sequence number; the old one is gone.
+    page.goto("/audit/")
+    page.locator("#audit-results tbody a.mono").first.click()
+    page.wait_for_url("**/audit/tenant:globex/*/")
+    expect(page.locator("dl.facts")).to_contain_text("tenant:globex")
+    acme_pk, acme_seq = backend(first_event, "tenant:acme")
+    globex_pk, globex_seq = backend(first_event, "tenant:globex")
+    assert acme_seq == globex_seq
+    page.goto(f"/audit/tenant:acme/{acme_seq}/")
+    expect(page.locator("dl.facts")).to_contain_text("Acme Corp")
+    for old in (acme_pk, globex_pk):
+        assert page.goto(f"/audit/{old}/").status == 404
+    amy = sign_in("amy")  # acme's admin reads acme's chain only
+    assert amy.page.goto(f"/audit/tenant:globex/{globex_seq}/").status == 404
+    assert amy.page.goto(f"/audit/tenant:acme/{acme_seq}/").status == 200
+    not_found = "Failed to load resource: the server responded with a status of 404 (Not Found)"
+    assert olga.console_errors == [not_found, not_found]  # the two old addresses, nothing else

@@ -29,3 +29,54 @@ def test_pages_and_fragments_vary_on_htmx_and_fragments_are_never_stored(
         assert "private" in response["Cache-Control"]
     assert "no-cache" in whole["Cache-Control"] and "no-store" not in whole["Cache-Control"]
     assert "no-store" in fragment["Cache-Control"]
+
+
+def test_an_audit_event_is_addressed_by_its_chain_and_sequence_and_old_urls_answer_404(
+    cast, client_for, make_task
+):
+    from audit.models import AuditEvent
+
+    make_task("alice")
+    make_task("bob")
+    acme = AuditEvent.objects.filter(chain="tenant:acme").order_by("seq").first()
+    globex = AuditEvent.objects.get(chain="tenant:globex", seq=acme.seq)  # the same number
+    carl, amy = client_for("carl"), client_for("amy")
+    for event in (acme, globex):
+        url = reverse("dashboard:audit_event", args=[event.chain, event.seq])
+        assert url == f"/audit/{event.chain}/{event.seq}/"
+        page = carl.get(url)
+        assert page.status_code == 200 and page.context["event"].pk == event.pk
+    assert amy.get(f"/audit/tenant:globex/{globex.seq}/").status_code == 404
+    assert amy.get(f"/audit/tenant:acme/{acme.seq}/").status_code == 200
+    for old in (acme.pk, globex.pk):  # the primary key addresses nothing any more
+        assert carl.get(f"/audit/{old}/").status_code == 404
+    assert carl.get("/audit/tenant:acme/999999/").status_code == 404
+    assert carl.get("/audit/tenant:nowhere/1/").status_code == 404
+
+
+def test_the_inbox_follows_the_tenant_scope_and_says_what_waits_elsewhere(
+    cast, client_for, awaiting
+):
+    acme, globex = awaiting("alice"), awaiting("bob")
+    olga = client_for("olga")
+
+    def listed(**params: str) -> tuple[list[str], str]:
+        response = olga.get(reverse("dashboard:inbox"), params)
+        assert response.status_code == 200
+        return [r.task_id for r in response.context["inbox"].inputs], response.content.decode()
+
+    shown, html = listed()  # the switcher's tenant: acme, olga's first
+    assert shown == [acme.pk] and 'data-elsewhere="1"' in html and 'data-total="1"' in html
+    olga.post(reverse("dashboard:switch_tenant"), {"tenant": "globex", "next": "/"})
+    shown, html = listed()
+    assert shown == [globex.pk] and 'data-elsewhere="1"' in html
+    assert listed(tenant="acme")[0] == [acme.pk]  # a shared link names its scope
+    shown, html = listed(tenant="")
+    assert set(shown) == {acme.pk, globex.pk} and "data-elsewhere" not in html
+    fragment = olga.get(reverse("dashboard:inbox"), {"fragment": "1", "tenant": "acme"})
+    assert fragment.context["inbox"].inputs[0].task_id == acme.pk
+    refused = olga.get(reverse("dashboard:inbox"), {"tenant": "initech"})
+    assert (
+        refused.status_code == 400 and "no tenant &#x27;initech&#x27;" in refused.content.decode()
+    )
+    assert refused.context["inbox"].total == 0
