@@ -7,11 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.cache import patch_cache_control, patch_vary_headers
 
 from audit.record import Actor
@@ -19,6 +21,9 @@ from mcptasks import access, queries
 from mcptasks.models import Membership, Task, Tenant
 
 SESSION_TENANT = "dashboard_tenant"
+# The viewer's IANA time zone, set by the page's script from the browser's: pages show times in
+# it (UTC until the browser has said).
+TIME_ZONE_COOKIE = "mcptasks_tz"
 
 # No inline script or style anywhere: the page loads only its own static files.
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -66,13 +71,26 @@ def cache_headers(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
+def viewer_time_zone(request: HttpRequest) -> ZoneInfo | None:
+    """The time zone the viewer's browser reported, if it is a real one."""
+    name = request.COOKIES.get(TIME_ZONE_COOKIE, "")
+    if not name or len(name) > 64 or name.startswith(("/", ".")) or ".." in name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
 def page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-    """A signed-in dashboard page: login required, CSP and cache headers sent."""
+    """A signed-in dashboard page: login required, CSP and cache headers sent, times in the
+    viewer's time zone."""
     secured = with_csp(login_required(view))
 
     @wraps(view)
     def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
-        return cache_headers(secured(request, *args, **kwargs))
+        with timezone.override(viewer_time_zone(request)):
+            return cache_headers(secured(request, *args, **kwargs))
 
     return wrapped
 

@@ -53,26 +53,43 @@ def _relative(seconds: float) -> str:
     return f"{text} ago" if seconds >= 0 else f"in {text}"
 
 
+def local_stamp(moment: datetime, *, seconds: bool = False) -> str:
+    """``moment`` in the viewer's time zone (the one the request activated), with its offset:
+    "2026-12-01 18:52 +09:00", "… UTC" at offset zero — as the page's script writes it."""
+    local = timezone.localtime(moment)
+    stamp = local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    offset = local.strftime("%z")
+    zone = "UTC" if offset in ("+0000", "") else f"{offset[:3]}:{offset[3:]}"
+    return f"{stamp} {zone}"
+
+
 @register.simple_tag
 def reltime(moment: datetime | None) -> SafeString | str:
-    """``<time>`` with the relative time as text and the absolute UTC time as its title
-    (the page's script keeps the relative text fresh)."""
+    """``<time>`` with the absolute time in the viewer's time zone and the relative time beside
+    it (the page's script keeps the relative text fresh); the UTC time is its title."""
     if moment is None:
         return "—"
     relative = _relative((timezone.now() - moment).total_seconds())
     return format_html(
-        '<time datetime="{}" title="{}" data-relative>{}</time>',
+        '<time datetime="{}" title="{}" data-relative><span class="abs">{}</span>'
+        ' <span class="sep" aria-hidden="true">·</span> <span class="rel">{}</span></time>',
         moment.isoformat(),
         f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+        local_stamp(moment),
         relative,
     )
 
 
 @register.simple_tag
-def abstime(moment: datetime | None) -> str:
+def abstime(moment: datetime | None) -> SafeString | str:
+    """``<time>`` with the absolute time, to the second, in the viewer's time zone."""
     if moment is None:
         return "—"
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return format_html(
+        '<time datetime="{}" data-seconds><span class="abs">{}</span></time>',
+        moment.isoformat(),
+        local_stamp(moment, seconds=True),
+    )
 
 
 @register.filter

@@ -70,6 +70,7 @@
       row.replaceWith(fresh);
       processNode(fresh);
       refreshRelativeTimes(fresh);
+      localizeTimes(fresh);
       flash(fresh);
     }).catch(function () {});
   }
@@ -87,6 +88,7 @@
       tbody.insertBefore(fresh, tbody.firstChild);
       processNode(fresh);
       refreshRelativeTimes(fresh);
+      localizeTimes(fresh);
       flash(fresh);
     }).catch(function () {});
   }
@@ -114,6 +116,7 @@
         });
         processNode(section);
         refreshRelativeTimes(section);
+        localizeTimes(section);
       });
       if (root && !pending) { page.dataset.version = root.dataset.version; }
     }).catch(function () {});
@@ -130,6 +133,7 @@
       inbox.innerHTML = html;
       processNode(inbox);
       refreshRelativeTimes(inbox);
+      localizeTimes(inbox);
       inbox.querySelectorAll(".card").forEach(function (card) {
         if (!before[card.outerHTML]) { flash(card); }
       });
@@ -216,8 +220,41 @@
   function refreshRelativeTimes(root) {
     (root || document).querySelectorAll("time[data-relative]").forEach(function (element) {
       var date = new Date(element.getAttribute("datetime"));
-      if (!isNaN(date.getTime())) { element.textContent = relative(date); }
+      var text = element.querySelector(".rel");
+      if (!isNaN(date.getTime()) && text) { text.textContent = relative(date); }
     });
+  }
+
+  // ---------------------------------------------------------------- the viewer's time zone
+  // The server writes absolute times in the zone this cookie names (UTC until it is set); when
+  // the browser's differs, the page rewrites them as the server would ("2026-12-01 18:52 +09:00").
+  var browserZone = "";
+  try { browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (err) {}
+
+  function pad(number) { return (number < 10 ? "0" : "") + number; }
+
+  function localStamp(date, seconds) {
+    var minutes = -date.getTimezoneOffset();
+    var sign = minutes < 0 ? "-" : "+";
+    var zone = minutes === 0 ? "UTC" :
+      sign + pad(Math.floor(Math.abs(minutes) / 60)) + ":" + pad(Math.abs(minutes) % 60);
+    return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) +
+      " " + pad(date.getHours()) + ":" + pad(date.getMinutes()) +
+      (seconds ? ":" + pad(date.getSeconds()) : "") + " " + zone;
+  }
+
+  function localizeTimes(root) {
+    if (!browserZone || browserZone === body.dataset.tz) { return; }
+    (root || document).querySelectorAll("time[datetime] .abs").forEach(function (element) {
+      var time = element.parentNode;
+      var date = new Date(time.getAttribute("datetime"));
+      if (!isNaN(date.getTime())) { element.textContent = localStamp(date, time.hasAttribute("data-seconds")); }
+    });
+  }
+
+  if (browserZone !== body.dataset.tz && /^[A-Za-z0-9_+\-\/]{1,64}$/.test(browserZone)) {
+    document.cookie = "mcptasks_tz=" + browserZone +
+      "; path=/; max-age=31536000; SameSite=Lax" + (window.location.protocol === "https:" ? "; Secure" : "");
   }
 
   // ---------------------------------------------------------------- conveniences
@@ -252,6 +289,8 @@
   });
 
   refreshRelativeTimes(document);
+  localizeTimes(document);
+  document.addEventListener("htmx:afterSettle", function () { localizeTimes(document); });
   setInterval(function () { refreshRelativeTimes(document); }, 30000);
   if (body.dataset.wsUrl) {
     connect();

@@ -98,12 +98,22 @@ class Session:
     """One signed-in browser user: a context (own cookies) and its pages."""
 
     def __init__(
-        self, browser: Any, base_url: str, name: str, password: str, width: int = 1280
+        self,
+        browser: Any,
+        base_url: str,
+        name: str,
+        password: str,
+        width: int = 1280,
+        height: int = 900,
+        **options: Any,
     ) -> None:
         self.name = name
         self.base_url = base_url
         self.context = browser.new_context(
-            base_url=base_url, viewport={"width": width, "height": 900}, accept_downloads=True
+            base_url=base_url,
+            viewport={"width": width, "height": height},
+            accept_downloads=True,
+            **options,
         )
         self.console_errors: list[str] = []
         self.page = self.new_page()
@@ -145,8 +155,9 @@ def sign_in(
 ) -> Iterator[Callable[..., Session]]:
     sessions: list[Session] = []
 
-    def make(name: str, width: int = 1280) -> Session:
-        session = Session(browser, live_url, name, cast[name]["password"], width)
+    def make(name: str, width: int = 1280, height: int = 900, **options: Any) -> Session:
+        """``options`` go to the browser context (``timezone_id``, ``reduced_motion``…)."""
+        session = Session(browser, live_url, name, cast[name]["password"], width, height, **options)
         sessions.append(session)
         return session
 

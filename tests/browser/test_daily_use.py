@@ -5,6 +5,7 @@ scope everywhere, accessibility (axe-core) and the phone layout. Screenshots go 
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -122,3 +123,30 @@ def test_one_tenant_scope_everywhere_and_audit_addresses_name_their_chain(sign_i
     assert amy.page.goto(f"/audit/tenant:acme/{acme_seq}/").status == 200
     not_found = "Failed to load resource: the server responded with a status of 404 (Not Found)"
     assert olga.console_errors == [not_found, not_found]  # the two old addresses, nothing else
+
+
+def test_times_are_absolute_in_the_viewers_time_zone_with_the_relative_time_beside_them(
+    sign_in, mcp_as, backend
+):
+    from datetime import datetime, timedelta, timezone
+
+    task_id = mcp_as("alice").start("deploy_service", STAGING)
+    assert backend.run_task(task_id) == "completed"
+    tokyo = timezone(timedelta(hours=9))
+    olga = sign_in("olga", timezone_id="Asia/Tokyo")
+    page = olga.page
+    for path, where in (
+        ("/tasks/", f'[id="row-{task_id}"] time'),
+        (f"/tasks/{task_id}/", "#sec-timeline time"),
+        ("/audit/", "#audit-results tbody time"),
+    ):
+        response = page.goto(path)
+        assert "+09:00" in response.text()  # the server writes them in the browser's zone too
+        moment = page.locator(where).first
+        created = datetime.fromisoformat(moment.get_attribute("datetime")).astimezone(tokyo)
+        expect(moment.locator(".abs")).to_have_text(f"{created:%Y-%m-%d %H:%M} +09:00")
+        expect(moment.locator(".rel")).to_have_text("just now")
+    page.goto("/audit/tenant:acme/1/")
+    seconds = page.locator("dl.facts time .abs")
+    expect(seconds).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+09:00$"))
+    assert not olga.console_errors, olga.console_errors

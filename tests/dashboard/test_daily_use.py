@@ -80,3 +80,50 @@ def test_the_inbox_follows_the_tenant_scope_and_says_what_waits_elsewhere(
         refused.status_code == 400 and "no tenant &#x27;initech&#x27;" in refused.content.decode()
     )
     assert refused.context["inbox"].total == 0
+
+
+ISO_WITH_OFFSET = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,6})?[+-]\d\d:\d\d$"
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+def test_exports_write_iso_8601_times_with_their_offset_whatever_the_viewers_zone(
+    cast, client_for, make_task, fmt
+):
+    import csv
+    import io
+    import json
+    import re
+    import zipfile
+
+    from dashboard.pages import TIME_ZONE_COOKIE
+
+    make_task("alice")
+    carl = client_for("carl")
+    carl.cookies[TIME_ZONE_COOKIE] = "Asia/Tokyo"
+    response = carl.post(reverse("dashboard:audit_export"), {"tenant": "acme", "format": fmt})
+    with pytest.warns(Warning, match="asynchronous iterators"):  # served async under ASGI
+        body = b"".join(response)
+    with zipfile.ZipFile(io.BytesIO(body)) as archive:
+        data_name = next(n for n in archive.namelist() if not n.endswith(".manifest.json"))
+        text = archive.read(data_name).decode()
+        manifest = json.loads(archive.read(data_name + ".manifest.json"))
+    rows = (
+        [json.loads(line) for line in text.splitlines()]
+        if fmt == "jsonl"
+        else list(csv.DictReader(io.StringIO(text)))
+    )
+    assert rows and all(re.match(ISO_WITH_OFFSET, row["created_at"]) for row in rows)
+    assert re.match(ISO_WITH_OFFSET, manifest["created_at"])
+
+
+def test_pages_write_times_in_the_viewers_zone_and_ignore_a_bogus_one(cast, client_for, make_task):
+    from dashboard.pages import TIME_ZONE_COOKIE
+
+    make_task("alice")
+    olga = client_for("olga")
+    olga.cookies[TIME_ZONE_COOKIE] = "America/Sao_Paulo"
+    assert "-03:00</span>" in olga.get(reverse("dashboard:tasks")).content.decode()
+    for bogus in ("Mars/Olympus", "../../etc/passwd", "x" * 100):
+        olga.cookies[TIME_ZONE_COOKIE] = bogus
+        html = olga.get(reverse("dashboard:tasks")).content.decode()
+        assert " UTC</span>" in html and 'data-tz="UTC"' in html
