@@ -36,6 +36,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         host, port = options["host"], options["port"]
+        from mcptasks.tools.registry import ToolPackError, registry
+
+        try:  # fail fast: a broken tool pack would otherwise fail every job it runs
+            registry.ensure_loaded()
+        except ToolPackError as exc:
+            raise CommandError(f"{exc}; not serving") from exc
         if settings.MCPTASKS_CONFORMANCE_MODE:
             if not is_loopback(host):
                 raise CommandError(
