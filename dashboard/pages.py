@@ -252,6 +252,11 @@ def denied(request: HttpRequest, reason: str, *, title: str = "Not permitted") -
     )
 
 
+def may_bulk(request: HttpRequest) -> bool:
+    """Operators (of any tenant) get the bulk actions: cancel tasks, reconcile effects."""
+    return access.tenants_where(request.user, access.Action.FORCE_CANCEL) != []
+
+
 def actor_for(user: Any, task: Task | None = None) -> Actor:
     """The audit actor of a dashboard user: ``operator`` when acting with operator rights."""
     is_operator = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path
 
-from dashboard import audit_views, views
+from dashboard import audit_views, bulk, views
 from dashboard.pages import with_csp
 
 app_name = "dashboard"
@@ -24,6 +24,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("inbox/counts", views.inbox_counts, name="inbox_counts"),
     path("tenant", views.switch_tenant, name="switch_tenant"),
     path("tasks/", views.task_list, name="tasks"),
+    path("tasks/bulk-cancel", bulk.bulk_cancel, name="bulk_cancel"),
+    path("effects/bulk-reconcile", bulk.bulk_reconcile, name="bulk_reconcile"),
     path("tasks/<str:task_id>/", views.task_detail, name="task"),
     path("tasks/<str:task_id>/row", views.task_row, name="task_row"),
     path("tasks/<str:task_id>/inputs/<str:key>/", views.answer_input, name="answer"),

@@ -23,6 +23,7 @@ from dashboard.pages import (
     actor_for,
     current_tenant,
     denied,
+    may_bulk,
     page,
     render_fragment,
     render_page,
@@ -134,6 +135,9 @@ def _task_filters(request: HttpRequest) -> tuple[forms.TaskFilterForm, queries.T
         created_from=cleaned["created_from"],
         created_to=cleaned["created_to"],
         search=cleaned["q"].strip(),
+        outcome=cleaned["outcome"],
+        error_code=cleaned["error_code"],
+        sort=cleaned["sort"] or queries.DEFAULT_SORT,
     )
 
 
@@ -146,10 +150,14 @@ def task_list(request: HttpRequest) -> HttpResponse:
         filters,
         older_than=request.GET.get("older"),
         newer_than=request.GET.get("newer"),
+        with_total=form.is_valid(),
     )
     context = {
         "form": form,
         "page": result,
+        "sort": filters.sort,
+        "count_cap": queries.COUNT_CAP,
+        "may_bulk": may_bulk(request),
         "first_page": not request.GET.get("older") and not request.GET.get("newer"),
     }
     if wants_fragment(request, "task-results"):
@@ -165,7 +173,9 @@ def task_row(request: HttpRequest, task_id: str) -> HttpResponse:
     task = queries.task_row(request.user, task_id, filters)
     if task is None:
         return HttpResponse(status=204)
-    return render_fragment(request, "dashboard/_task_row.html", {"task": task})
+    return render_fragment(
+        request, "dashboard/_task_row.html", {"task": task, "may_bulk": may_bulk(request)}
+    )
 
 
 # ---------------------------------------------------------------- task detail

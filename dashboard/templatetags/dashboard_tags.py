@@ -242,3 +242,41 @@ def redacted(value: Any) -> str:
     from audit.redact import redact_text
 
     return redact_text(value) if isinstance(value, str) and value else (value or "")
+
+
+SORT_LABELS = {
+    "-created": "newest first",
+    "created": "oldest first",
+    "-updated": "most recently updated first",
+    "updated": "least recently updated first",
+}
+
+
+@register.simple_tag
+def sort_label(sort: str) -> str:
+    return SORT_LABELS.get(sort, SORT_LABELS["-created"])
+
+
+@register.simple_tag(takes_context=True)
+def sort_header(
+    context: template.Context, label: str, column: str, current: str, css: str = ""
+) -> SafeString:
+    """A column header that sorts the list by ``column`` (newest first, then oldest first on a
+    second click), with ``aria-sort`` saying how the list is sorted now."""
+    params = context["request"].GET.copy()
+    for cursor in ("older", "newer"):
+        params.pop(cursor, None)
+    descending = f"-{column}"
+    params["sort"] = column if current == descending else descending
+    state = {descending: "descending", column: "ascending"}.get(current, "none")
+    arrow = {"descending": " ↓", "ascending": " ↑"}.get(state, "")
+    return format_html(
+        '<th scope="col" class="{}" aria-sort="{}"><a href="?{}" hx-boost="true" '
+        'hx-target="#task-results" hx-select="#task-results" hx-swap="outerHTML" '
+        'hx-push-url="true">{}<span aria-hidden="true">{}</span></a></th>',
+        f"sortable {css}".strip(),
+        state,
+        params.urlencode(),
+        label,
+        arrow,
+    )

@@ -67,6 +67,9 @@
       var fresh = parse(html).firstElementChild;
       if (!fresh || !row.isConnected) { return; }
       if (Number(row.dataset.version) >= Number(fresh.dataset.version)) { return; }
+      var ticked = row.querySelector("input[name=item]:checked");
+      var box = fresh.querySelector("input[name=item]");
+      if (ticked && box && !box.disabled) { box.checked = true; }
       row.replaceWith(fresh);
       processNode(fresh);
       refreshRelativeTimes(fresh);
@@ -125,7 +128,7 @@
   // ---------------------------------------------------------------- inbox and its count
   function refreshInbox() {
     var inbox = document.querySelector("[data-live-inbox]");
-    if (!inbox) { return; }
+    if (!inbox || isBusy(inbox) || inbox.querySelector("input[name=item]:checked")) { return; }
     fetchHtml(inbox.dataset.liveUrl).then(function (html) {
       if (html === null || inbox.innerHTML.trim() === html.trim()) { return; }
       var before = {};

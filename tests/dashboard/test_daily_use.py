@@ -127,3 +127,169 @@ def test_pages_write_times_in_the_viewers_zone_and_ignore_a_bogus_one(cast, clie
         olga.cookies[TIME_ZONE_COOKIE] = bogus
         html = olga.get(reverse("dashboard:tasks")).content.decode()
         assert " UTC</span>" in html and 'data-tz="UTC"' in html
+
+
+# ---------------------------------------------------------------- find anything
+def listed(client, **params) -> list[str]:
+    response = client.get(reverse("dashboard:tasks"), {"tenant": "", **params})
+    assert response.status_code == 200
+    return [task.pk for task in response.context["page"].rows]
+
+
+def test_search_finds_tasks_by_tool_requester_status_and_argument_summary_never_by_a_secret(
+    cast, client_for, make_task, running
+):
+    from mcptasks import lifecycle
+
+    checkout = make_task("alice", arguments={"service": "checkout", "api_key": "sk-live-9f8e7d"})
+    other = make_task("bob", tool_name="ask_twice", arguments={"service": "billing"})
+    busy = running("adam")
+    lifecycle.task_report(
+        task_id=busy.pk, attempt=busy.attempt, message="Migrating ledger, password=hunter2xyz"
+    )
+    olga = client_for("olga")
+    assert listed(olga, q="checkout") == [checkout.pk]  # an argument value
+    assert listed(olga, q="CHECKOUT") == [checkout.pk]  # any case
+    assert listed(olga, q="ask_tw") == [other.pk]  # the tool
+    assert listed(olga, q="bob") == [other.pk]  # the requester
+    assert listed(olga, q="ledger") == [busy.pk]  # the status message
+    for secret in ("sk-live-9f8e7d", "hunter2xyz"):  # redacted text only
+        assert listed(olga, q=secret) == []
+    assert listed(client_for("alice"), q="billing") == []  # still only what she may see
+    assert set(listed(olga, q="ec")) == set()  # two letters: ids only
+
+
+def test_outcome_error_code_sort_and_total_count(cast, client_for, make_task, running):
+    from mcptasks import lifecycle
+    from mcptasks.lifecycle import error_object
+
+    done = running("alice")
+    lifecycle.task_complete(task_id=done.pk, attempt=done.attempt, result={"content": []})
+    refused = running("alice")
+    lifecycle.task_complete(
+        task_id=refused.pk, attempt=refused.attempt, result={"content": [], "isError": True}
+    )
+    failed = running("alice")
+    lifecycle.task_fail(
+        task_id=failed.pk,
+        attempt=failed.attempt,
+        actor=lifecycle.Actor.system("worker"),
+        error=error_object("boom", code=-32001),
+    )
+    queued = make_task("alice")
+    lifecycle.task_request_cancel(task_id=queued.pk, actor=lifecycle.Actor.system("test"))
+    olga = client_for("olga")
+    assert listed(olga, outcome="completed") == [done.pk]
+    assert listed(olga, outcome="rejected") == [refused.pk]
+    assert listed(olga, outcome="failed") == [failed.pk]
+    assert listed(olga, outcome="cancelled") == [queued.pk]
+    assert listed(olga, error_code="-32001") == [failed.pk]
+    assert listed(olga, error_code="-32603") == []
+    bad = olga.get(reverse("dashboard:tasks"), {"error_code": "boom", "outcome": "exploded"})
+    html = bad.content.decode()
+    assert 'role="alert"' in html and "Error code" in html and bad.context["page"].rows == []
+    newest = listed(olga)
+    assert newest == [queued.pk, failed.pk, refused.pk, done.pk]
+    assert listed(olga, sort="created") == newest[::-1]
+    assert listed(olga, sort="-updated")[0] == queued.pk
+    page = olga.get(reverse("dashboard:tasks"), {"tenant": "", "sort": "created"})
+    assert page.context["page"].total == 4
+    assert "4 tasks match" in page.content.decode()
+    assert 'aria-sort="ascending"' in page.content.decode()
+
+
+def test_sorted_pages_follow_their_cursors_both_ways(cast, client_for, make_task):
+    from mcptasks import queries
+
+    made = [make_task("alice").pk for _ in range(5)]
+    olga = client_for("olga")
+    user = olga.get(reverse("dashboard:tasks")).wsgi_request.user
+    filters = queries.TaskFilters(sort="created")
+    first = queries.task_page(user, filters, limit=2)
+    second = queries.task_page(user, filters, older_than=first.older, limit=2)
+    back = queries.task_page(user, filters, newer_than=second.newer, limit=2)
+    assert [t.pk for t in first.rows + second.rows] == made[:4]
+    assert [t.pk for t in back.rows] == made[:2]
+
+
+def test_bulk_cancel_audits_each_task_and_refuses_non_operators(
+    cast, client_for, make_task, running
+):
+    from audit.models import AuditEvent
+    from mcptasks.models import Task
+
+    queued = [make_task("alice"), make_task("bob")]
+    busy = running("alice")
+    finished = running("alice")
+    from mcptasks import lifecycle
+
+    lifecycle.task_complete(task_id=finished.pk, attempt=finished.attempt, result={"content": []})
+    ids = [t.pk for t in [*queued, busy, finished]] + ["no-such-task"]
+    olga = client_for("olga")
+    response = olga.post(
+        reverse("dashboard:bulk_cancel"),
+        {"item": ids, "reason": "release frozen", "next": "/tasks/?state=queued"},
+    )
+    assert response.status_code == 302 and response["Location"] == "/tasks/?state=queued"
+    assert [Task.objects.get(pk=t.pk).state for t in queued] == ["cancelled", "cancelled"]
+    assert Task.objects.get(pk=busy.pk).cancel_requested_at is not None
+    for task in [*queued, busy]:
+        events = AuditEvent.objects.filter(task_id=task.pk, action="task.cancel_requested")
+        assert [e.data["reason"] for e in events] == ["release frozen"]
+        assert events[0].actor_display == "olga"
+    message = str(next(iter(olga.get("/tasks/").context["messages"])))
+    assert "2 cancelled" in message and "1 cancel requested" in message
+    assert (
+        "1 already finished or cancelling" in message and "1 not permitted or not found" in message
+    )
+    assert (
+        client_for("alice")
+        .post(reverse("dashboard:bulk_cancel"), {"item": [queued[0].pk], "reason": "x"})
+        .status_code
+        == 403
+    )
+    other = make_task("alice")
+    olga.post(reverse("dashboard:bulk_cancel"), {"item": [other.pk], "reason": ""})
+    assert Task.objects.get(pk=other.pk).state == "queued"  # a reason is required
+    many = olga.post(
+        reverse("dashboard:bulk_cancel"), {"item": [str(n) for n in range(101)], "reason": "x"}
+    )
+    assert many.status_code == 302 and Task.objects.get(pk=other.pk).state == "queued"
+
+
+def test_bulk_reconcile_takes_each_effect_through_lifecycle(cast, client_for, unknown_effect):
+    from audit.models import AuditEvent
+    from mcptasks.models import Effect
+
+    tasks = [unknown_effect("alice"), unknown_effect("bob")]
+    effects = [Effect.objects.get(task_id=t.pk, step="rollout") for t in tasks]
+    olga = client_for("olga")
+    refused = olga.post(
+        reverse("dashboard:bulk_reconcile"),
+        {"item": [e.pk for e in effects], "decision": "applied", "note": "checked"},
+    )
+    assert refused.status_code == 302
+    assert {e.state for e in Effect.objects.filter(pk__in=[e.pk for e in effects])} == {"unknown"}
+    olga.post(
+        reverse("dashboard:bulk_reconcile"),
+        {
+            "item": [e.pk for e in effects] + ["99999999999999999999"],
+            "decision": "not_applied",
+            "note": "no trace in the deploy log",
+        },
+    )
+    for effect in effects:
+        assert Effect.objects.get(pk=effect.pk).state == "reconciled_not_applied"
+        assert (
+            AuditEvent.objects.filter(task_id=effect.task_id, action="effect.reconciled").count()
+            == 1
+        )
+    assert (
+        client_for("carl")
+        .post(
+            reverse("dashboard:bulk_reconcile"),
+            {"item": [effects[0].pk], "decision": "not_applied", "note": "x"},
+        )
+        .status_code
+        == 403
+    )
