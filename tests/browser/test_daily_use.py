@@ -150,3 +150,54 @@ def test_times_are_absolute_in_the_viewers_time_zone_with_the_relative_time_besi
     seconds = page.locator("dl.facts time .abs")
     expect(seconds).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \+09:00$"))
     assert not olga.console_errors, olga.console_errors
+
+
+def test_find_anything_sort_count_and_bulk_cancel_and_reconcile(sign_in, mcp_as, backend):
+    from tests.browser.test_dashboard import crash_mid_rollout
+
+    mcp = mcp_as("alice")
+    checkout = mcp.start("deploy_service", STAGING)
+    billing = [mcp.start("run_pipeline", {"pipeline": f"billing-{n}"}) for n in range(2)]
+    crashed = mcp.start("deploy_service", {**STAGING, "service": "ledger"})
+    backend(crash_mid_rollout, crashed)
+    assert backend.run_task(crashed) == "needs_reconciliation"
+    olga = sign_in("olga")
+    page = olga.open("/tasks/")
+    expect(page.locator("#task-count")).to_contain_text("4 tasks match")
+    page.locator("#id_q").fill("checkout")
+    page.wait_for_url("**q=checkout*")
+    expect(page.locator("#task-results tbody tr")).to_have_count(1)
+    expect(page.locator(f'[id="row-{checkout}"]')).to_be_visible()
+    expect(page.locator("#task-count")).to_contain_text("1 task matches")
+    page.locator("#id_q").fill("")
+    page.locator("#id_tool").select_option("run_pipeline")
+    expect(page.locator("#task-results tbody tr")).to_have_count(2)
+    page.get_by_role("link", name="Created").click()
+    page.wait_for_url("**sort=created*")
+    expect(page.locator("th[aria-sort='ascending']")).to_have_text("Created ↑")
+    assert page.locator("#task-results tbody tr").first.get_attribute("id") == f"row-{billing[0]}"
+
+    for task_id in billing:
+        page.locator(f'[id="pick-{task_id}"]').check()
+    page.locator("#bulk-reason").fill("Pipeline retired")
+    page.get_by_role("button", name="Cancel ticked").click()
+    expect(page.locator(".message.success")).to_contain_text("Bulk cancel: 2 cancelled")
+    assert "sort=created" in page.url  # back to the same filtered list
+    for task_id in billing:
+        expect(page.locator(f'[id="row-{task_id}"] [data-state]')).to_have_attribute(
+            "data-state", "cancelled"
+        )
+        assert mcp.get(task_id)["status"] == "cancelled"
+
+    page.goto("/")
+    page.locator(f'[data-task-id="{crashed}"] input[name=item]').check()
+    page.locator("details.bulk summary").click()
+    page.locator("#bulk-reconcile input[value=not_applied]").check()
+    page.locator("#bulk-note").fill("No rollout in the deploy log")
+    page.get_by_role("button", name="Reconcile ticked").click()
+    expect(page.locator(".message.success")).to_contain_text("1 reconciled as not applied")
+    page.goto(f"/tasks/{crashed}/")
+    expect(page.locator("#sec-timeline")).to_contain_text(
+        "not applied — No rollout in the deploy log"
+    )
+    assert not olga.console_errors, olga.console_errors
