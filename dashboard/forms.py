@@ -350,7 +350,7 @@ class TaskFilterForm(forms.Form):
         required=False,
         min_value=-(2**31),
         max_value=2**31 - 1,
-        widget=forms.NumberInput(attrs={"placeholder": "-32603", "inputmode": "numeric"}),
+        widget=forms.TextInput(attrs={"placeholder": "-32603", "inputmode": "numeric"}),
     )
     sort = forms.ChoiceField(
         required=False,

@@ -53,6 +53,36 @@
       /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName));
   }
 
+  // ---------------------------------------------------------------- accessibility
+  // What changed by itself is said in the polite live region (screen readers read it out).
+  function announce(text) {
+    var region = document.getElementById("live-announcer");
+    if (!region || !text) { return; }
+    region.textContent = "";
+    setTimeout(function () { region.textContent = text; }, 50);
+  }
+
+  function stateOf(element) {
+    var badge = element && element.querySelector("[data-state]");
+    return badge ? badge.textContent.trim() : "";
+  }
+
+  function rowName(row) {
+    var tool = row.querySelector(".tool");
+    var id = row.querySelector(".id");
+    return ((tool ? tool.textContent : "Task") + " " + (id ? id.textContent : "")).trim();
+  }
+
+  // After a submit that failed, focus goes to the first field in error (or the error summary).
+  function focusFirstError(root) {
+    var scope = root || document;
+    var field = scope.querySelector(".has-error input, .has-error select, .has-error textarea, [aria-invalid=true]");
+    var target = field || scope.querySelector("[data-errors], .message.error[role=alert]");
+    if (!target) { return; }
+    if (!field && !target.hasAttribute("tabindex")) { target.setAttribute("tabindex", "-1"); }
+    target.focus();
+  }
+
   function flash(element) {
     element.classList.remove("flash");
     void element.offsetWidth;
@@ -67,10 +97,12 @@
       var fresh = parse(html).firstElementChild;
       if (!fresh || !row.isConnected) { return; }
       if (Number(row.dataset.version) >= Number(fresh.dataset.version)) { return; }
+      var before = stateOf(row);
       var ticked = row.querySelector("input[name=item]:checked");
       var box = fresh.querySelector("input[name=item]");
       if (ticked && box && !box.disabled) { box.checked = true; }
       row.replaceWith(fresh);
+      if (stateOf(fresh) !== before) { announce(rowName(fresh) + " is now " + stateOf(fresh) + "."); }
       processNode(fresh);
       refreshRelativeTimes(fresh);
       localizeTimes(fresh);
@@ -89,6 +121,7 @@
       var empty = tbody.querySelector(".empty-row");
       if (empty) { empty.remove(); }
       tbody.insertBefore(fresh, tbody.firstChild);
+      announce("New task: " + rowName(fresh) + ", " + stateOf(fresh) + ".");
       processNode(fresh);
       refreshRelativeTimes(fresh);
       localizeTimes(fresh);
@@ -105,6 +138,8 @@
       var root = fresh.querySelector("#task-live");
       if (root && Number(root.dataset.version) < Number(page.dataset.version)) { return; }
       var pending = false;
+      var head = document.getElementById("sec-head");
+      var before = stateOf(head);
       fresh.querySelectorAll("[data-live-section]").forEach(function (section) {
         var current = document.getElementById(section.id);
         if (!current) { return; }
@@ -122,6 +157,8 @@
         localizeTimes(section);
       });
       if (root && !pending) { page.dataset.version = root.dataset.version; }
+      var after = stateOf(document.getElementById("sec-head"));
+      if (after && after !== before) { announce("This task is now " + after + "."); }
     }).catch(function () {});
   }
 
@@ -137,9 +174,11 @@
       processNode(inbox);
       refreshRelativeTimes(inbox);
       localizeTimes(inbox);
+      var added = 0;
       inbox.querySelectorAll(".card").forEach(function (card) {
-        if (!before[card.outerHTML]) { flash(card); }
+        if (!before[card.outerHTML]) { flash(card); added += 1; }
       });
+      if (added) { announce(added === 1 ? "Your inbox has changed: 1 new item." : "Your inbox has changed: " + added + " new items."); }
     }).catch(function () {});
   }
 
@@ -283,7 +322,7 @@
   // links that carry the filters (the audit export) carry the new ones.
   document.addEventListener("htmx:pushedIntoHistory", function () {
     var here = window.location.pathname + window.location.search;
-    document.querySelectorAll('.tenant-switch input[name="next"]').forEach(function (input) {
+    document.querySelectorAll('.tenant-switch input[name="next"], form[data-keeps-next] input[name="next"]').forEach(function (input) {
       input.value = here;
     });
     document.querySelectorAll("a[data-keeps-query]").forEach(function (link) {
@@ -293,7 +332,12 @@
 
   refreshRelativeTimes(document);
   localizeTimes(document);
-  document.addEventListener("htmx:afterSettle", function () { localizeTimes(document); });
+  document.addEventListener("htmx:afterSettle", function (event) {
+    localizeTimes(document);
+    var results = document.getElementById("task-results");
+    if (results && results.querySelector("[data-errors]")) { focusFirstError(results); }
+  });
+  focusFirstError(document);
   setInterval(function () { refreshRelativeTimes(document); }, 30000);
   if (body.dataset.wsUrl) {
     connect();

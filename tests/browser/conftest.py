@@ -127,7 +127,8 @@ class Session:
         page = self.context.new_page()
         page.on(
             "console",
-            lambda message: message.type == "error" and self.console_errors.append(message.text),
+            lambda message: message.type == "error"
+            and self.console_errors.append(f"{message.text} @ {message.location}"),
         )
         page.on("pageerror", lambda error: self.console_errors.append(str(error)))
         return page
@@ -235,3 +236,20 @@ def shoot() -> Callable[[Any, str], None]:
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
     return take
+
+
+AXE = Path(__file__).resolve().parent / "assets" / "axe.min.js"
+WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa"]
+
+
+def axe_violations(page: Any) -> list[dict[str, Any]]:
+    """The serious and critical WCAG 2.2 A/AA violations axe-core finds in the page as it is."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE.read_text())
+    found = page.evaluate(
+        "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}})"
+        ".then(r => r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,"
+        " nodes: v.nodes.slice(0, 5).map(n => n.target.join(' '))})))",
+        WCAG_TAGS,
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]

@@ -14,6 +14,7 @@ from playwright.sync_api import expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PRODUCTION = {"service": "checkout", "version": "1.4.0", "environment": "production"}
+LIVE_TIMEOUT = 15_000
 STAGING = {"service": "checkout", "version": "1.4.0", "environment": "staging"}
 
 
@@ -200,4 +201,78 @@ def test_find_anything_sort_count_and_bulk_cancel_and_reconcile(sign_in, mcp_as,
     expect(page.locator("#sec-timeline")).to_contain_text(
         "not applied — No rollout in the deploy log"
     )
+    assert not olga.console_errors, olga.console_errors
+
+
+def unknown_effect_of(task_id: str) -> int:
+    from mcptasks.models import Effect
+
+    return Effect.objects.filter(task_id=task_id, state="unknown").order_by("pk").first().pk
+
+
+def test_every_page_passes_axe_core_without_serious_or_critical_violations(
+    browser, live_url, sign_in, mcp_as, backend
+):
+    from tests.browser.conftest import axe_violations
+    from tests.browser.test_dashboard import crash_mid_rollout
+
+    mcp = mcp_as("alice")
+    approval = mcp.start("deploy_service", PRODUCTION)
+    assert backend.run_task(approval) == "awaiting_operator"
+    crashed = mcp.start("deploy_service", STAGING)
+    backend(crash_mid_rollout, crashed)
+    assert backend.run_task(crashed) == "needs_reconciliation"
+    effect = backend(unknown_effect_of, crashed)
+    _, seq = backend(first_event, "tenant:acme")
+
+    anonymous = browser.new_page(base_url=live_url)
+    anonymous.goto("/login/")
+    found = {"/login/": axe_violations(anonymous)}
+    anonymous.close()
+    olga = sign_in("olga")
+    page = olga.page
+    for path in (
+        "/",
+        "/tasks/",
+        "/tasks/?error_code=oops",
+        f"/tasks/{approval}/",
+        f"/tasks/{crashed}/",
+        f"/tasks/{approval}/inputs/approval/",
+        f"/effects/{effect}/reconcile",
+        "/audit/",
+        f"/audit/tenant:acme/{seq}/",
+        "/audit/export",
+        "/audit/verify",
+        "/tokens/",
+        "/tasks/no-such-task/",
+    ):
+        page.goto(path)
+        found[path] = axe_violations(page)
+    alice = sign_in("alice")
+    alice.page.goto(f"/tasks/{approval}/inputs/approval/")  # refused: separation of duties
+    found["refusal"] = axe_violations(alice.page)
+    bad = {path: v for path, v in found.items() if v}
+    assert bad == {}
+
+
+def test_live_changes_are_announced_and_focus_moves_to_the_first_error(sign_in, mcp_as, backend):
+    task_id = mcp_as("alice").start("deploy_service", STAGING)
+    olga = sign_in("olga")
+    page = olga.open("/tasks/")
+    announcer = page.locator("#live-announcer")
+    expect(announcer).to_have_attribute("aria-live", "polite")
+    assert backend.run_task(task_id) == "completed"
+    expect(announcer).to_contain_text("deploy_service", timeout=LIVE_TIMEOUT)
+    expect(announcer).to_contain_text("is now completed", timeout=LIVE_TIMEOUT)
+
+    page.locator("#id_error_code").fill("12.5x")
+    page.locator("#id_error_code").press("Enter")
+    summary = page.locator("#task-results [data-errors]")
+    expect(summary).to_be_visible()
+    expect(summary).to_be_focused()
+    expect(summary.get_by_role("link", name="Error code")).to_be_visible()
+
+    page.goto("/tasks/?error_code=oops")  # a whole page: the field itself, marked invalid
+    expect(page.locator("#id_error_code")).to_be_focused()
+    expect(page.locator("#id_error_code")).to_have_attribute("aria-invalid", "true")
     assert not olga.console_errors, olga.console_errors
