@@ -127,8 +127,10 @@ class Session:
         page = self.context.new_page()
         page.on(
             "console",
-            lambda message: message.type == "error"
-            and self.console_errors.append(f"{message.text} @ {message.location}"),
+            lambda message: (
+                message.type == "error"
+                and self.console_errors.append(f"{message.text} @ {message.location}")
+            ),
         )
         page.on("pageerror", lambda error: self.console_errors.append(str(error)))
         return page
