@@ -127,10 +127,7 @@ class Session:
         page = self.context.new_page()
         page.on(
             "console",
-            lambda message: (
-                message.type == "error"
-                and self.console_errors.append(f"{message.text} @ {message.location}")
-            ),
+            lambda message: message.type == "error" and self.console_errors.append(message.text),
         )
         page.on("pageerror", lambda error: self.console_errors.append(str(error)))
         return page
