@@ -146,7 +146,7 @@ class Session:
 
 
 def wait_live(page: Any) -> None:
-    page.wait_for_selector("#live-status[data-state='live']", timeout=15_000)
+    page.wait_for_selector("#live-status[data-state='live']", state="attached", timeout=15_000)
 
 
 @pytest.fixture

@@ -276,3 +276,44 @@ def test_live_changes_are_announced_and_focus_moves_to_the_first_error(sign_in, 
     expect(page.locator("#id_error_code")).to_be_focused()
     expect(page.locator("#id_error_code")).to_have_attribute("aria-invalid", "true")
     assert not olga.console_errors, olga.console_errors
+
+
+PHONE = {"width": 390, "height": 844}
+
+
+def fits_the_screen(page: Any) -> bool:
+    return bool(page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"))
+
+
+def test_on_a_phone_actions_come_first_and_tables_reflow_into_cards(
+    sign_in, mcp_as, backend, shoot
+):
+    approval = mcp_as("alice").start("deploy_service", PRODUCTION)
+    assert backend.run_task(approval) == "awaiting_operator"
+    olga = sign_in("olga", **PHONE)
+    page = olga.open("/tasks/")
+    row = page.locator(f'[id="row-{approval}"]')
+    assert row.evaluate("r => getComputedStyle(r).display") == "block"  # a card, not a row
+    expect(row.locator("td[data-label='Requester']")).to_be_visible()
+    assert page.locator("table.tasks thead").bounding_box()["height"] <= 1
+    assert fits_the_screen(page)
+    shoot(page, "phone-tasks")
+
+    page.goto("/audit/")
+    first = page.locator("#audit-results tbody tr").first
+    assert first.evaluate("r => getComputedStyle(r).display") == "block"
+    expect(first.locator("td[data-label='Chain']")).to_be_visible()
+    assert fits_the_screen(page)
+    shoot(page, "phone-audit")
+
+    page.goto(f"/tasks/{approval}/")
+    actions = page.locator("#sec-actions").bounding_box()
+    assert actions["y"] < page.locator("#sec-inputs").bounding_box()["y"]
+    assert actions["y"] < PHONE["height"]  # on the first screen
+    assert fits_the_screen(page)
+    shoot(page, "phone-task")
+
+    desk = sign_in("olga")  # wide screens keep the two columns, actions beside the inputs
+    desk.page.goto(f"/tasks/{approval}/")
+    side = desk.page.locator("#sec-actions").bounding_box()
+    assert side["x"] > desk.page.locator("#sec-inputs").bounding_box()["x"] + 300
