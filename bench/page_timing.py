@@ -267,6 +267,10 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
     from django.db import connection
 
     with connection.cursor() as cursor:
+        # Bulk inserts leave the search's trigram entries in GIN pending lists; a live database
+        # has them merged by autovacuum, as here.
+        for index in ("task_search_summary_trgm", "task_search_status_trgm"):
+            cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
         cursor.execute("ANALYZE")
     acme_tasks = [row for row in task_rows if row[1] == acme.pk]
     newest_acme = acme_tasks[-1][0]
