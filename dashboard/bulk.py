@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from dashboard import forms
-from dashboard.pages import actor_for, denied, may_bulk, page
+from dashboard.pages import actor_for, denied, may_bulk, page, safe_next
 from mcptasks import access, lifecycle, queries
 from mcptasks.models import TaskState
 
@@ -44,10 +44,10 @@ class BulkSelection(django_forms.Form):
 
 
 def _back(request: HttpRequest, selection: BulkSelection, default: str) -> HttpResponseRedirect:
-    back = (selection.cleaned_data.get("next") if selection.is_valid() else "") or ""
-    if not back.startswith("/") or back.startswith("//"):
-        back = reverse(default)
-    return HttpResponseRedirect(back)
+    selection.is_valid()
+    return HttpResponseRedirect(
+        safe_next(request, selection.cleaned_data.get("next") or "", reverse(default))
+    )
 
 
 def _summary(outcomes: Counter[str]) -> str:

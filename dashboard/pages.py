@@ -15,6 +15,7 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
 from django.utils.cache import patch_cache_control, patch_vary_headers
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from audit.record import Actor
 from mcptasks import access, queries
@@ -250,6 +251,15 @@ def denied(request: HttpRequest, reason: str, *, title: str = "Not permitted") -
     return render_page(
         request, "dashboard/denied.html", {"title": title, "reason": reason}, status=403
     )
+
+
+def safe_next(request: HttpRequest, target: str, default: str) -> str:
+    """``target`` if it is a path on this site (not ``//host`` nor ``/\\host``), else ``default``."""
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return default
 
 
 def may_bulk(request: HttpRequest) -> bool:

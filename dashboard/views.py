@@ -27,6 +27,7 @@ from dashboard.pages import (
     page,
     render_fragment,
     render_page,
+    safe_next,
     scope_counts,
     scope_of,
     tenant_choices,
@@ -76,9 +77,7 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     slugs = {choice.tenant.slug for choice in tenant_choices(request)}
     if form.is_valid() and form.cleaned_data["tenant"] in slugs:
         request.session[SESSION_TENANT] = form.cleaned_data["tenant"]
-    back = request.POST.get("next") or ""
-    if not back.startswith("/") or back.startswith("//"):
-        back = reverse("dashboard:tasks")
+    back = safe_next(request, request.POST.get("next") or "", reverse("dashboard:tasks"))
     return HttpResponseRedirect(back)
 
 

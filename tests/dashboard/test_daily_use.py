@@ -293,3 +293,12 @@ def test_bulk_reconcile_takes_each_effect_through_lifecycle(cast, client_for, un
         .status_code
         == 403
     )
+
+
+@pytest.mark.parametrize("target", ["//evil.example/", "/\\evil.example/", "https://evil.example/"])
+def test_bulk_actions_come_back_only_to_this_site(cast, client_for, make_task, target):
+    task = make_task("alice")
+    response = client_for("olga").post(
+        reverse("dashboard:bulk_cancel"), {"item": [task.pk], "reason": "stop", "next": target}
+    )
+    assert response.status_code == 302 and response["Location"] == reverse("dashboard:tasks")
