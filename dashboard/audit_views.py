@@ -32,6 +32,7 @@ from dashboard.pages import (
     render_fragment,
     render_page,
     tenant_choices,
+    wants_fragment,
 )
 from mcptasks import access, queries, tokens
 from mcptasks.models import Tenant
@@ -112,16 +113,15 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     )
     tenants = {tenant.pk: tenant for tenant in Tenant.objects.all()}
     context = {"form": form, "page": result, "tenants": tenants, "actions": queries.AUDIT_ACTIONS}
-    htmx = getattr(request, "htmx", None)
-    if htmx and htmx.target == "audit-results":
+    if wants_fragment(request, "audit-results"):
         return render_fragment(request, "dashboard/_audit_results.html", context)
     return render_page(request, "dashboard/audit_list.html", context)
 
 
 @page
 @require_GET
-def audit_detail(request: HttpRequest, event_id: int) -> HttpResponse:
-    event = queries.audit_event(request.user, event_id)
+def audit_detail(request: HttpRequest, chain: str, seq: int) -> HttpResponse:
+    event = queries.audit_event(request.user, chain, seq)
     if event is None:
         raise Http404("No such event")
     task_visible = bool(event.task_id) and queries.get_task(request.user, event.task_id) is not None

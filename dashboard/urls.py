@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path
 
-from dashboard import audit_views, views
+from dashboard import audit_views, bulk, views
 from dashboard.pages import with_csp
 
 app_name = "dashboard"
@@ -25,6 +25,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("inbox/counts", views.inbox_counts, name="inbox_counts"),
     path("tenant", views.switch_tenant, name="switch_tenant"),
     path("tasks/", views.task_list, name="tasks"),
+    path("tasks/bulk-cancel", bulk.bulk_cancel, name="bulk_cancel"),
+    path("effects/bulk-reconcile", bulk.bulk_reconcile, name="bulk_reconcile"),
     path("tasks/<str:task_id>/", views.task_detail, name="task"),
     path("tasks/<str:task_id>/row", views.task_row, name="task_row"),
     path("tasks/<str:task_id>/inputs/<str:key>/", views.answer_input, name="answer"),
@@ -36,7 +38,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("audit/", audit_views.audit_list, name="audit"),
     path("audit/export", audit_views.audit_export, name="audit_export"),
     path("audit/verify", audit_views.audit_verify, name="audit_verify"),
-    path("audit/<int:event_id>/", audit_views.audit_detail, name="audit_event"),
+    # An event's address is its chain and its sequence number in it ("tenant:acme" #323): the
+    # number alone is ambiguous across tenants, and the primary key is no address at all.
+    path("audit/<str:chain>/<int:seq>/", audit_views.audit_detail, name="audit_event"),
     path("tokens/", audit_views.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke", audit_views.token_revoke, name="token_revoke"),
 ]

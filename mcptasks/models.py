@@ -214,10 +214,15 @@ class Task(models.Model):
     creation_key = models.CharField(max_length=128, null=True, blank=True)
     # The step keys of the first run, in order: a replay that diverges fails the task.
     step_log = models.JSONField(default=list)
+    # What the dashboard's search reads (mcptasks/search.py): redacted, lower-cased text, each
+    # with a trigram index on PostgreSQL (migration 0004).
+    search_summary = models.TextField(blank=True, default="", editable=False)
+    search_status = models.TextField(blank=True, default="", editable=False)
 
     class Meta:
         indexes = [
             models.Index(fields=["tenant", "-created_at"], name="task_tenant_created"),
+            models.Index(fields=["tenant", "-updated_at"], name="task_tenant_updated"),
             models.Index(fields=["principal", "-created_at"], name="task_principal_created"),
             models.Index(fields=["state", "wake_at"], name="task_state_wake"),
             models.Index(fields=["state", "lease_expires_at"], name="task_state_lease"),

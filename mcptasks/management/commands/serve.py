@@ -49,6 +49,12 @@ class Command(BaseCommand):
             raise CommandError(f"--port must be 0-65535, got {port}")
         if options["workers"] < 1:
             raise CommandError(f"--workers must be at least 1, got {options['workers']}")
+        from mcptasks.tools.registry import ToolPackError, registry
+
+        try:  # fail fast: a broken tool pack would otherwise fail every job it runs
+            registry.ensure_loaded()
+        except ToolPackError as exc:
+            raise CommandError(f"{exc}; not serving") from exc
         if settings.MCPTASKS_CONFORMANCE_MODE:
             if not is_loopback(host):
                 raise CommandError(
