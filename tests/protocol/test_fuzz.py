@@ -596,3 +596,24 @@ def test_a_task_id_in_other_digits_or_widths_is_not_that_task(token: str, make_t
     params = {"taskId": task.pk, "_meta": meta()}
     body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params})
     assert send(headers_for(token, "tasks/get", params), body.encode()).body["result"]
+
+
+@pytest.mark.parametrize(
+    "count, header",
+    [(5, "５"), (5, "٥"), (50, "5_0"), (5, "+5"), (5, "0x5"), (5, "5."), (5, "Infinity")],
+)
+def test_param_headers_match_numbers_written_as_json_only(
+    token: str, count: int, header: str
+) -> None:
+    """float() reads "５" as 5 and "5_0" as 50: such a header once matched the argument."""
+    params = {"name": "routed", "arguments": {"count": count}, "_meta": meta()}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+    headers = [
+        *headers_for(token, "tools/call", params),
+        (b"mcp-param-count", header_value(header)),
+    ]
+    exchange = send(headers, body.encode())
+    check(exchange, before=counts())
+    assert exchange.status == 400 and exchange.body["error"]["code"] == -32020, exchange.body
+    same = [*headers_for(token, "tools/call", params), (b"mcp-param-count", f"{count}.0".encode())]
+    assert send(same, body.encode()).body["result"]["resultType"] == "complete"
