@@ -207,3 +207,14 @@ def test_nesting_within_the_limit_is_read(api: Any, make_task: Any) -> None:
     # 64 levels (the reason's object and the body): parsed, then refused by the serializer.
     body = problem(api("alice").post(f"{TASKS}/{task.pk}/cancel", {"reason": nested}), 422)
     assert body["detail"].startswith("Reason")
+
+
+def test_bearer_tokens_holding_a_nul_or_a_lone_surrogate_are_401(
+    api_tokens: dict[str, str],
+) -> None:
+    """The lookup reached the database, which refuses NUL (a 500 on PostgreSQL)."""
+    real = api_tokens["alice"]
+    lookup = real.split("_")[1]
+    for secret in ["mcpt_ab\x00c_def", f"mcpt_{lookup}\x00_x", f"{real}\x00", "mcpt_\udaf1_x"]:
+        problem(bearer(secret).get(TASKS), 401)
+    ok(bearer(real).get(TASKS))

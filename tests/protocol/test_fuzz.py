@@ -617,3 +617,15 @@ def test_param_headers_match_numbers_written_as_json_only(
     assert exchange.status == 400 and exchange.body["error"]["code"] == -32020, exchange.body
     same = [*headers_for(token, "tools/call", params), (b"mcp-param-count", f"{count}.0".encode())]
     assert send(same, body.encode()).body["result"]["resultType"] == "complete"
+
+
+def test_a_bearer_token_holding_a_nul_is_401(token: str) -> None:
+    """Its lookup reached the database, which refuses NUL (-32603 on PostgreSQL)."""
+    lookup = token.split("_")[1]
+    params = {"_meta": meta()}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params})
+    for credential in ["mcpt_ab\x00c_def", f"mcpt_{lookup}\x00_x"]:
+        overrides = {b"authorization": f"Bearer {credential}".encode()}
+        exchange = send(headers_for(token, "tools/list", params, overrides), body.encode())
+        check(exchange, before=counts())
+        assert exchange.status == 401, exchange.body
