@@ -9,9 +9,10 @@ requests reach the actions themselves and not only the 404 of an unknown id.
 Twists are what schemathesis rarely generates on its own (and what answered 500 in issue 19):
 a real id in Unicode or fullwidth digits or with a NUL, a cursor that decodes but names a
 position that is no value of the ordering field, a NUL or a lone surrogate in a body string, a
-body nesting deeper than the API reads. About two generated requests in three get one; then
-every twist runs once on every operation it applies to, where an odd id must be a 404 (never
-another object), a bad cursor a 422 and a too-deep body a 400.
+body nesting deeper than the API reads, a bearer token holding a NUL. About two generated
+requests in three get one (the token aside); then every twist runs once on every operation it
+applies to, where an odd id must be a 404 (never another object), a bad cursor a 422, a
+too-deep body a 400 and such a token a 401.
 """
 
 from __future__ import annotations
@@ -281,6 +282,7 @@ def every_twist(operation: Any) -> list[tuple[Any, ...]]:
             )
         for offset in ("５", "-5", "99999", "x"):
             twists.append(("cursor", base64.b64encode(urlencode({"o": offset}).encode()).decode()))
+    twists += [("auth", credential) for credential in ["mcpt_ab\x00c_def", "mcpt_\udaf1_x"]]
     if operation.method.lower() == "post":
         twists += [("text", text) for text in ["a\x00b", "\udaf1", "\x00", "\udc00x"]]
         twists += [("depth", depth) for depth in (65, 300, 900)]
@@ -309,8 +311,9 @@ def test_every_operation_survives_odd_ids_cursors_and_bodies(
             twist(case, change)
             with connection_kept():
                 try:
+                    credential = change[1] if change[0] == "auth" else olga
                     response = case.call_and_validate(
-                        headers={"Authorization": f"Bearer {olga}"}, checks=CHECKS
+                        headers={"Authorization": f"Bearer {credential}"}, checks=CHECKS
                     )
                 except (Exception, BaseExceptionGroup) as exc:
                     failures.append(
@@ -322,7 +325,13 @@ def test_every_operation_survives_odd_ids_cursors_and_bodies(
             ] += 1
             fuzz_world["twisted"][f"{case.method} {case.path} -> {response.status_code}"] += 1
             status = response.status_code
-            expected = {"id": {404}, "cursor": {200, 422}, "depth": {400}, "text": {422}}
+            expected = {
+                "id": {404},
+                "cursor": {200, 422},
+                "depth": {400},
+                "text": {422},
+                "auth": {401},
+            }
             if status not in expected[change[0]] and not (
                 change[0] in ("text", "depth") and status in (403, 404, 409)
             ):
