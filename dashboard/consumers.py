@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer, AsyncWebsocketConsumer
 from django.db import close_old_connections
 
 from audit.redact import redact_text
@@ -67,8 +67,9 @@ class TaskUpdatesConsumer(AsyncJsonWebsocketConsumer):
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
-        """The client sends nothing meaningful; ignore it."""
+    async def receive(self, text_data: Any = None, bytes_data: Any = None, **kwargs: Any) -> None:
+        """The client sends nothing meaningful: every frame is ignored unread (a frame that is
+        not JSON, or is binary, is no error)."""
 
     async def task_changed(self, event: dict[str, Any]) -> None:
         update = await sync_to_async(_update_for, thread_sensitive=False)(
@@ -76,3 +77,10 @@ class TaskUpdatesConsumer(AsyncJsonWebsocketConsumer):
         )
         if update is not None:
             await self.send_json(update)
+
+
+class NoSuchSocket(AsyncWebsocketConsumer):
+    """A WebSocket upgrade to a path no consumer serves: closed at once (4404)."""
+
+    async def connect(self) -> None:
+        await self.close(code=4404)

@@ -326,7 +326,8 @@ class DelegationForm(forms.Form):
 
 
 class RevokeDelegationForm(forms.Form):
-    grantee = forms.IntegerField()
+    # A user id in ASCII digits: an IntegerField would read a fullwidth "５" as 5.
+    grantee = forms.RegexField(regex=r"^[0-9]{1,18}\Z")
     delegation = forms.ChoiceField(choices=[("answer", "answer"), ("view", "view")])
 
 

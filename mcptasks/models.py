@@ -16,6 +16,8 @@ from django.db import models
 from django.utils import timezone
 from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
 
+from mcptasks import inputs
+
 
 def new_task_id() -> str:
     """A 192-bit url-safe random id (DESIGN §3: ≥128 bits from `secrets`)."""
@@ -121,6 +123,8 @@ class ApiToken(models.Model):
         parts = plaintext.split("_", 2)
         if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1] or not parts[2]:
             return None
+        if not inputs.storable(plaintext):
+            return None  # a NUL or a lone surrogate: no token's, and no query may hold it
         return parts[1], parts[2]
 
     def matches(self, secret: str) -> bool:

@@ -20,11 +20,10 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditEvent
 from audit.redact import redact_text
-from mcptasks import access, wire
+from mcptasks import access, inputs, wire
 from mcptasks.models import (
     Effect,
     InputRequest,
@@ -70,19 +69,19 @@ def decode_cursor(cursor: str | None) -> list[Any] | None:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         parts = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         return None
-    return parts if isinstance(parts, list) else None
+    if not isinstance(parts, list) or inputs.unstorable_text(parts) is not None:
+        return None  # a NUL or a lone surrogate is not a position any query may compare with
+    return parts
 
 
 def _task_cursor(cursor: str | None) -> tuple[datetime, str] | None:
     parts = decode_cursor(cursor)
     if not parts or len(parts) != 2 or not all(isinstance(p, str) for p in parts):
         return None
-    created_at = parse_datetime(parts[0])
-    if created_at is None or timezone.is_naive(created_at):
-        return None
-    return created_at, parts[1]
+    created_at = inputs.utc_datetime(parts[0])
+    return None if created_at is None else (created_at, parts[1])
 
 
 @dataclass
@@ -555,9 +554,9 @@ class AuditFilters:
 
 def _id_cursor(cursor: str | None) -> int | None:
     parts = decode_cursor(cursor)
-    if not parts or len(parts) != 1 or not isinstance(parts[0], int):
+    if not parts or len(parts) != 1 or not isinstance(parts[0], int) or isinstance(parts[0], bool):
         return None
-    return int(parts[0])
+    return parts[0] if 0 <= parts[0] < 2**63 else None
 
 
 def audit_page(
