@@ -348,6 +348,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
             token, plaintext = tokens.issue_token(
                 user=owner,
                 tenant=tenant,
+                issued_by=user,
                 actor=actor_for(user),
                 name=issue_form.cleaned_data["name"],
                 scopes=issue_form.cleaned_data["scopes"],

@@ -566,6 +566,7 @@ class TokenIssueView(ApiView):
         token, secret = tokens.issue_token(
             user=request.user,
             tenant=tenant,
+            issued_by=request.user,
             actor=actor_of(request),
             name=data["name"],
             scopes=data["scopes"],

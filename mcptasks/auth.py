@@ -10,11 +10,13 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
+from mcptasks import access
 from mcptasks.models import ApiToken, Membership, Role, Tenant, scope_covers
 from mcptasks.oauth import JwtRejected, jwt_configured, validate_jwt
 
 MCP_SCOPE = "mcp"
 CONFORMANCE_USER = "conformance"
+NOT_A_MEMBER = "The token's owner is no longer a member of its tenant"
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ def authenticate_bearer(authorization: str | None, *, scope: str = MCP_SCOPE) ->
     if token is None:
         raise AuthError(401, "invalid_token", "The token is invalid")
     verify_token(token, secret, scope)
+    if not access.holds_membership(token.user, token.tenant_id):
+        raise AuthError(401, "invalid_token", NOT_A_MEMBER)
     token.touch()
     return Principal(user=token.user, tenant=token.tenant, token=token)
 

@@ -329,6 +329,15 @@ MCPTASKS_FAST_TASKS_GET_PREPARE = env_bool("MCPTASKS_FAST_TASKS_GET_PREPARE", de
 MCPTASKS_STREAM_KEEPALIVE_S = float(env_str("MCPTASKS_STREAM_KEEPALIVE_S", "15"))
 # Streams re-read unfinished tasks this often: the channel layer delivers at most once.
 MCPTASKS_STREAM_CATCH_UP_S = float(env_str("MCPTASKS_STREAM_CATCH_UP_S", "5"))
+# Open listen streams and dashboard sockets re-check their principal's token, user and
+# memberships this often, and end when access was taken away (README "Security").
+MCPTASKS_STREAM_ACCESS_CHECK_S = float(env_str("MCPTASKS_STREAM_ACCESS_CHECK_S", "2"))
+# A listen stream that sent no notification for this long is ended (0: never).
+MCPTASKS_STREAM_IDLE_TIMEOUT_S = float(env_str("MCPTASKS_STREAM_IDLE_TIMEOUT_S", "3600"))
+# Open subscriptions/listen streams one principal (token or JWT) may hold per web process.
+MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL = env_int(
+    "MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL", 100
+)
 
 # ---------------------------------------------------------------- logging
 # structlog renders every stdlib log record: JSON in production, readable in development,
