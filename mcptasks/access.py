@@ -168,14 +168,14 @@ def visible_tasks(user: Any) -> QuerySet[Task]:
     return Task.objects.filter(Q(tenant_id__in=member_of) & visible)
 
 
-def get_visible_task(user: Any, task_id: Any) -> Task | None:
-    """The task if ``user`` may see it, else None — unknown and forbidden look the same."""
+def get_visible_task(user: Any, task_id: Any, related: tuple[str, ...] = ()) -> Task | None:
+    """The task if ``user`` may see it, else None — unknown and forbidden look the same, and
+    cost the same: visibility is decided in the query that fetches (:func:`visible_tasks`
+    narrowed to the id), so "not yours" and "not there" are one statement that finds no row.
+    ``related``: relations to load with it (besides the tenant)."""
     if not isinstance(task_id, str) or not task_id or len(task_id) > 64:
         return None
-    task = Task.objects.select_related("tenant").filter(pk=task_id).first()
-    if task is None or not can(user, Action.VIEW, task):
-        return None
-    return task
+    return visible_tasks(user).select_related("tenant", *related).filter(pk=task_id).first()
 
 
 def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:

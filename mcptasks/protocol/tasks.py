@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit.record import Actor
-from mcptasks import access, lifecycle, limits, metrics, wire
+from mcptasks import access, lifecycle, limits, metrics, queries, wire
 from mcptasks.models import Task, TaskState
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import invalid_params
@@ -23,9 +23,8 @@ def _visible_task(call: Call) -> Task:
     task_id = call.params.get("taskId")
     if not isinstance(task_id, str) or not task_id:
         raise invalid_params("params.taskId must be a non-empty string")
-    task = access.get_visible_task(call.principal.user, task_id)
+    task = queries.find_task(call.principal.user, task_id)
     if task is None:
-        limits.check_unknown_lookup(principal_id=call.principal.user.pk, task_id=task_id)
         raise invalid_params("Failed to retrieve task: Task not found")
     return task
 

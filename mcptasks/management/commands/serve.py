@@ -53,7 +53,8 @@ class Command(BaseCommand):
             self.stdout.write(f"In-process worker ({options['workers']} threads) and beat started.")
         from daphne.cli import CommandLineInterface
 
+        # No --proxy-headers: Daphne would take X-Forwarded-For from any client as its
+        # address; mcptasks.client_ip believes it only from MCPTASKS_TRUSTED_PROXIES.
+
         self.stdout.write(f"Serving on http://{host}:{port}/ (MCP endpoint /mcp)")
-        CommandLineInterface().run(
-            ["-b", host, "-p", str(port), "--proxy-headers", "mcptasks.asgi:application"]
-        )
+        CommandLineInterface().run(["-b", host, "-p", str(port), "mcptasks.asgi:application"])
