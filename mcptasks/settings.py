@@ -376,7 +376,11 @@ LOGGING = {
     "formatters": {"structured": {"()": "mcptasks.logging.formatter", "fmt": LOG_FORMAT}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # its per-login INFO lines repeat what the audit records
+    },
 }
 
 # ---------------------------------------------------------------- hardening
