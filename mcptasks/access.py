@@ -92,7 +92,8 @@ def refresh(user: Any) -> None:
     """Forget what was read of ``user``'s roles: the next question reads them again (long-lived
     streams and sockets re-check their viewer this way)."""
     for name in ("_mcptasks_roles", "_mcptasks_staff_operator"):
-        user.__dict__.pop(name, None)
+        if hasattr(user, name):
+            delattr(user, name)
 
 
 def _is_staff_operator(user: Any) -> bool:
@@ -125,7 +126,7 @@ def decide_without_queries(
     if user is None or not user.is_authenticated or not user.is_active:
         return Decision(False, "not authenticated")
     if member is None:
-        cache = user.__dict__.get("_mcptasks_roles")
+        cache = getattr(user, "_mcptasks_roles", None)
         member = None if cache is None else task.tenant_id in cache
     if member is False:
         return NOT_A_MEMBER

@@ -218,7 +218,7 @@ class Hub:
                 for stream in list(self.open.get(key, ())):
                     if held is None:
                         stream.end()
-                    elif stream.user.__dict__.get("_mcptasks_roles") != held:
+                    elif getattr(stream.user, "_mcptasks_roles", None) != held:
                         access.refresh(stream.user)
                         stream.user._mcptasks_roles = {t: set(r) for t, r in held.items()}
                         await self._reread(stream)
