@@ -87,8 +87,8 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     # Who issued it (an admin or operator may issue a token owned by someone else): that person
-    # counts as a requester of the tasks it creates (access.requesters). None: issued by a
-    # command, or before issuers were recorded.
+    # counts as a requester of the tasks it creates (access.requesters). The owner when nobody
+    # else is named (a command, a user's own token); None for tokens issued before 0004.
     issued_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
