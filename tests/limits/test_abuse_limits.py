@@ -62,6 +62,7 @@ def test_guessing_task_ids_is_throttled_on_rest_and_the_dashboard_from_one_budge
     cast: dict[str, Any], settings: Any
 ) -> None:
     settings.MCPTASKS_UNKNOWN_TASK_BURST = 3
+    settings.MCPTASKS_UNKNOWN_TASK_RATE = 0.001  # no refill while the test runs, however slow
     alice = api_client(cast["alice"])
     codes = [alice.get(f"/api/v1/tasks/guess-{n}").status_code for n in range(4)]
     assert codes == [404, 404, 404, 429]
