@@ -2,12 +2,14 @@
 
 The common case — a bearer token's owner polling their own task that is not waiting for input —
 is answered with one SQL round trip on an async psycopg pool, without leaving the event loop:
-token, user and task in one row, checked by the same functions the general path uses
+token, user, the owner's membership of the token's tenant and their own task there in one row
+(another principal's task is not read), checked by the same functions the general path uses
 (``auth.verify_token``, ``access.decide_without_queries``, ``limits.check_poll_async``,
 ``wire.detailed_task``). Anything else returns None and the request takes the general path on a
 worker thread, which gives every error and every other decision: JWTs, unknown or foreign task
-ids, role or delegation rights, tasks awaiting input, a token whose last use is due to be
-recorded, a token whose owner left its tenant, or a row this connection cannot see.
+ids (alike: no task in the row), role or delegation rights, tasks awaiting input, a token whose
+last use is due to be recorded, a token whose owner left its tenant, or a row this connection
+cannot see.
 
 PostgreSQL only, and only under a server process (one long-lived event loop, which the pool
 belongs to); ``MCPTASKS_FAST_TASKS_GET`` turns it off.
@@ -88,7 +90,10 @@ def _statement() -> str:
         f"SELECT {', '.join(columns)} "  # noqa: S608
         f'FROM "{token_table}" t '
         f'JOIN "{user_model._meta.db_table}" u ON u."{user_pk}" = t."user_id" '
+        # Only the token owner's own task in the token's tenant is read: a foreign task's row
+        # is never fetched, so "not yours" and "not there" cost this statement the same.
         f'LEFT JOIN "{task_table}" k ON k."id" = %(task)s '
+        f'AND k."principal_id" = t."user_id" AND k."tenant_id" = t."tenant_id" '
         f'WHERE t."lookup" = %(lookup)s'
     )
 
@@ -200,9 +205,8 @@ async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | N
             return None
         if not member or token.touch_due(timezone.now()) or task.state == TaskState.AWAITING_INPUT:
             return None  # the general path refuses a former member's token (401)
-        # Membership of the task's tenant is known here when it is the token's.
-        in_tenant = True if task.tenant_id == token.tenant_id else None
-        decision = access.decide_without_queries(user, access.Action.VIEW, task, member=in_tenant)
+        # The statement read the task only in the token's tenant, whose membership it read.
+        decision = access.decide_without_queries(user, access.Action.VIEW, task, member=True)
         if decision is not access.ALLOW:
             return None
         gate(call.method, call.params, call.capabilities)
