@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -24,6 +25,8 @@ class Principal:
     user: Any
     tenant: Tenant
     token: ApiToken | None
+    # A JWT's expiry (an API token's own is re-read from its row while a stream is open).
+    expires_at: datetime | None = None
 
     @property
     def token_id(self) -> int | None:
@@ -136,12 +139,12 @@ def verify_token(token: ApiToken, secret: str, scope: str) -> None:
 
 def _principal_from_jwt(token: str, scope: str) -> Principal:
     try:
-        user, tenant, scopes = validate_jwt(token)
+        user, tenant, scopes, expires_at = validate_jwt(token)
     except JwtRejected as exc:
         raise AuthError(401, "invalid_token", f"Invalid access token: {exc}") from None
     if not scope_covers(scopes, scope):
         raise AuthError(403, "insufficient_scope", f"The token lacks the {scope!r} scope", scope)
-    return Principal(user=user, tenant=tenant, token=None)
+    return Principal(user=user, tenant=tenant, token=None, expires_at=expires_at)
 
 
 _conformance: Principal | None = None

@@ -112,6 +112,7 @@ class Subscriber(Protocol):
     user: Any
     capabilities: dict[str, Any]
     principal_key: PrincipalKey
+    expires_at: Any  # a JWT's expiry (datetime), else None
     task_ids: list[str]
 
     def behind(self, task_id: str, version: int) -> bool: ...
@@ -201,12 +202,19 @@ class Hub:
         """Access ends while a stream is open: every ``MCPTASKS_STREAM_ACCESS_CHECK_S`` read
         what each streaming principal holds now. A principal that lost its access (token
         revoked, user deactivated, membership of the token's tenant removed) has its streams
-        ended; one whose roles changed has them used from now on and its tasks re-read, so
-        a task it may no longer see gets nothing more."""
+        ended, and so are streams opened with a JWT once it expires; one whose roles changed
+        has them used from now on and its tasks re-read, so a task it may no longer see gets
+        nothing more."""
         from django.conf import settings
+        from django.utils import timezone
 
         while True:
             await asyncio.sleep(settings.MCPTASKS_STREAM_ACCESS_CHECK_S)
+            now = timezone.now()
+            for streams in list(self.open.values()):
+                for stream in list(streams):
+                    if stream.expires_at is not None and stream.expires_at <= now:
+                        stream.end()  # its JWT expired
             if not self.open:
                 continue
             try:

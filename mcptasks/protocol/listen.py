@@ -161,6 +161,7 @@ class ListenStream:
         self.viewer = viewer_key(self.user, self.capabilities)
         principal = call.principal
         self.principal_key: PrincipalKey = (principal.token_id, self.user.pk, principal.tenant.pk)
+        self.expires_at = principal.expires_at
         self.last_notice = time.monotonic()
         self.subscription = json.dumps(call.id, ensure_ascii=False).encode()
         self.task_ids: list[str] = []

@@ -21,6 +21,8 @@ from rest_framework.test import APIClient
 from audit.record import Actor
 from mcptasks import tokens
 from mcptasks.models import ApiToken, Membership
+from tests.production.test_jwt import signing  # noqa: F401
+from tests.production.test_jwt import token as jwt_token
 from tests.protocol.conftest import TASK_CAPS, McpClient
 from tests.streams.test_dashboard_socket import connect, session_cookie
 from tests.streams.test_listen import listen_body, read_stream
@@ -215,3 +217,24 @@ def test_dashboard_socket_closes_when_the_user_is_deactivated(users: dict[str, A
         return await socket.receive_output(timeout=5)  # type: ignore[no-any-return]
 
     assert asyncio.run(go())["type"] == "websocket.close"
+
+
+def test_listen_stream_opened_with_a_jwt_ends_when_the_jwt_expires(
+    server_url: str,
+    cast: dict[str, Any],
+    make_task: Any,
+    signing: Any,  # noqa: F811
+) -> None:
+    task = make_task("alice")
+    expires = int(time.time()) + 2
+    messages = asyncio.run(
+        read_stream(
+            server_url,
+            jwt_token(signing, exp=expires),
+            listen_body(6, [task.pk], TASK_CAPS),
+            max_seconds=15,
+        )
+    )
+    ended = time.time()
+    assert expires <= ended < expires + 5, ended - expires
+    assert messages[-1]["id"] == 6 and messages[-1]["result"]["_meta"][SUB] == 6
