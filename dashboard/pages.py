@@ -258,7 +258,7 @@ def start_url_name(user: Any) -> str:
     trail; members and tenant admins on their tasks, or on the inbox while it holds something
     for them (an approval they were named for, a question of their own task)."""
     roles = set().union(*access.roles_by_tenant(user).values())
-    if Role.OPERATOR in roles or access.is_cross_tenant_operator(user):
+    if Role.OPERATOR in roles:
         return "dashboard:inbox"
     if roles == {Role.AUDITOR}:
         return "dashboard:audit"

@@ -118,6 +118,8 @@ PROBLEM_TEXT = {
     404: "Unknown, or not visible to the caller.",
     409: "The object's state does not allow this now.",
     422: "Invalid input; errors names each field.",
+    429: "Too many lookups of task ids the caller cannot see (MCPTASKS_UNKNOWN_TASK_BURST); "
+    "retry after Retry-After seconds.",
 }
 
 
@@ -307,7 +309,7 @@ class TaskDetailView(ApiView):
         description="Binding fields, redacted arguments, input requests, effects, delegations, "
         "the audit timeline, and `task`: the MCP DetailedTask this viewer's "
         "tasks/get would return.",
-        responses={200: TaskDetailSerializer, **problems(403, 404)},
+        responses={200: TaskDetailSerializer, **problems(403, 404, 429)},
     )
     def get(self, request: Request, task_id: str) -> Response:
         return task_response(request, task_id)
@@ -350,7 +352,7 @@ def action_schema(
             summary=summary,
             description=description,
             request=request,
-            responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422, *codes)},
+            responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422, 429, *codes)},
         )
     )
 
@@ -555,6 +557,7 @@ class TokenIssueView(ApiView):
         token, secret = tokens.issue_token(
             user=request.user,
             tenant=tenant,
+            issued_by=request.user,
             actor=actor_of(request),
             name=data["name"],
             scopes=data["scopes"],

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from audit.models import AuditEvent
 from audit.redact import redact_text
-from mcptasks import access, inputs, wire
+from mcptasks import access, inputs, limits, wire
 from mcptasks.models import (
     Effect,
     InputRequest,
@@ -449,14 +449,19 @@ def secret_fields(params: dict[str, Any]) -> frozenset[str]:
     )
 
 
+def find_task(user: Any, task_id: Any, related: tuple[str, ...] = ()) -> Task | None:
+    """The task if ``user`` may see it (access.get_visible_task), on every channel — MCP, REST,
+    dashboard; a miss (unknown, foreign or expired id) counts against the user's budget of
+    unknown-id lookups, and past it raises ``limits.Throttled`` (429)."""
+    task = access.get_visible_task(user, task_id, related)
+    if task is None and user is not None and user.is_authenticated:
+        limits.check_unknown_lookup(principal_id=user.pk, task_id=str(task_id)[:64])
+    return task
+
+
 def get_task(user: Any, task_id: Any) -> Task | None:
     """The task with what its detail page shows of its relations, if ``user`` may see it."""
-    task = access.get_visible_task(user, task_id)
-    if task is None:
-        return None
-    return Task.objects.select_related("tenant", "principal", "token", "cancel_requested_by").get(
-        pk=task.pk
-    )
+    return find_task(user, task_id, ("principal", "token", "cancel_requested_by"))
 
 
 def task_detail(user: Any, task: Task) -> TaskDetail:
@@ -510,7 +515,7 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
 
 def get_input_request(user: Any, task_id: Any, key: str) -> tuple[Task, InputRequest] | None:
     """A task ``user`` may see and one of its input requests by key."""
-    task = access.get_visible_task(user, task_id)
+    task = find_task(user, task_id)
     if task is None:
         return None
     request = task.input_requests.filter(key=key).first()

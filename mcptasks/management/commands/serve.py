@@ -83,10 +83,10 @@ class Command(BaseCommand):
                     "(set DATABASE_URL and REDIS_URL and run `celery -A mcptasks worker`)"
                 )
             embedded.decline()  # the application must not start one on its first request
+        # No --proxy-headers: Daphne would take X-Forwarded-For from any client as its
+        # address; mcptasks.client_ip believes it only from MCPTASKS_TRUSTED_PROXIES.
         self.stdout.write(f"Serving on http://{host}:{port}/ (MCP endpoint /mcp)")
-        daphne_cli().run(
-            ["-b", host, "-p", str(port), "--proxy-headers", "mcptasks.asgi:application"]
-        )
+        daphne_cli().run(["-b", host, "-p", str(port), "mcptasks.asgi:application"])
 
 
 def daphne_cli() -> Any:
