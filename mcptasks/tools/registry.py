@@ -46,6 +46,9 @@ class ToolDef:
     on_build_change: Literal["continue", "fail"] = "continue"
     # Client-audience questions go to operators when the client cannot elicit.
     operator_fallback: bool = False
+    # A task tool whose first questions are asked before the task exists (``before_task=True``):
+    # only then does any of its code run in the web request (MCPTASKS_PRE_TASK_LIMIT_S).
+    asks_before_task: bool = False
     pack: str = ""
 
     @property
