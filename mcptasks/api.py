@@ -488,7 +488,8 @@ class TaskForceCancelView(TaskActionView):
     "Reconcile an effect whose outcome is unknown",
     "applied (with the external reference): the step continues with that outcome; "
     "not_applied: the step runs again; fail: the task fails. On a task that already ended it "
-    "only records what happened. A second decision is a 409.",
+    "only records what happened. A second decision is a 409; so is not_applied while the "
+    "attempt that left the effect may still be alive (MCPTASKS_RECONCILE_MARGIN_S).",
     ReconcileSerializer,
     409,
 )
