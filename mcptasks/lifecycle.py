@@ -19,7 +19,6 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import (
-    Case,
     Count,
     DateTimeField,
     ExpressionWrapper,
@@ -28,7 +27,6 @@ from django.db.models import (
     Q,
     Subquery,
     Value,
-    When,
 )
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
@@ -240,18 +238,16 @@ def _fence(task_id: str, attempt: int) -> None:
         raise _refusal(task_id, "write", attempt)
 
 
-def _leave_open_effects(
-    task: Task, *, actor: Actor, cause: str, attempt: int | None = None
-) -> list[str]:
+def _leave_open_effects(task: Task, *, actor: Actor, cause: str) -> list[str]:
     """The one rule for open effects at every end of a task (DESIGN §3): each effect still
     ``intended`` — started, never confirmed — becomes ``unknown``, audited, and so waits in the
     operator's reconciliation queue (on a terminal task, deciding it records what happened).
 
-    Every verb that ends or abandons a task calls it in its transaction, after its move. It
-    keeps until when the attempt that left each effect may still be alive: the lease recorded
-    when that attempt lost the task (:func:`_remember_leaving_lease`), else now — unless
-    ``attempt``, the attempt making this move, left it: that one is not in a downstream call.
-    Returns the steps it turned unknown.
+    Every verb that ends or abandons a task calls it in its transaction, after its move. How
+    long the attempt that left an effect may still be alive was recorded when another's move
+    took the task from it (:func:`_remember_leaving_lease`); an attempt that let go of the task
+    itself (it suspended, failed or stopped at a safe point) is in no downstream call. Returns
+    the steps it turned unknown.
     """
     open_effects = list(
         Effect.objects.filter(task_id=task.pk, state=EffectState.INTENDED)
@@ -261,12 +257,7 @@ def _leave_open_effects(
     if not open_effects:
         return []
     Effect.objects.filter(pk__in=[pk for pk, _, _ in open_effects]).update(
-        state=EffectState.UNKNOWN,
-        holder_lease_expires_at=Case(
-            When(attempt=attempt, then=F("holder_lease_expires_at")),
-            default=Coalesce(F("holder_lease_expires_at"), Now()),
-        ),
-        updated_at=timezone.now(),
+        state=EffectState.UNKNOWN, updated_at=timezone.now()
     )
     for _, step, left_by in open_effects:
         _audit(task, "effect.unknown", actor, {"step": step, "cause": cause, "attempt": left_by})
@@ -695,7 +686,7 @@ def task_fail(
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
             state=InputState.SUPERSEDED
         )
-        _leave_open_effects(task, actor=actor, cause="failed", attempt=attempt)
+        _leave_open_effects(task, actor=actor, cause="failed")
         _audit(task, "task.failed", actor, {"error": error})
         _changed(task)
     return task
@@ -824,7 +815,7 @@ def _cancel_now(task_id: str, *, actor: Actor, attempt: int | None = None) -> Ta
     InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
         state=InputState.SUPERSEDED
     )
-    _leave_open_effects(task, actor=actor, cause="cancel", attempt=attempt)
+    _leave_open_effects(task, actor=actor, cause="cancel")
     _audit(task, "task.cancelled", actor)
     _changed(task)
     return task
@@ -968,7 +959,7 @@ def task_mark_effect_unknown(*, task_id: str, attempt: int, step: str) -> Task:
             lease_expires_at=None,
             status_message=f"Waiting for an operator to reconcile step {step!r}",
         )
-        _leave_open_effects(task, actor=Actor.system("worker"), cause="replay", attempt=attempt)
+        _leave_open_effects(task, actor=Actor.system("worker"), cause="replay")
         _changed(task)
         task = _after_suspend(task, Actor.system("worker"))
     return task

@@ -140,6 +140,9 @@ class Ending:
     by: str  # the audit actor of effect.unknown
     earlier: tuple[str, ...] = ()  # causes of effect.unknown events the set-up recorded
     attempt_alive: bool = False  # the attempt that left it still holds a lease
+    # Another's move took the task from the attempt that left the effect (its lease is kept, for
+    # "not applied"); False: that attempt let go of the task itself (it asked, and suspended).
+    taken: bool = True
 
 
 ENDINGS = [
@@ -151,7 +154,9 @@ ENDINGS = [
     ),
     Ending("attempt limit", "fail", "failed", attempt_limit, "worker"),
     Ending("TTL expiry", "expire", "expired", ttl_expiry, "sweeper"),
-    Ending("input timeout", "timeout_input", "input_timeout", input_timeout, "sweeper"),
+    Ending(
+        "input timeout", "timeout_input", "input_timeout", input_timeout, "sweeper", taken=False
+    ),
     Ending(
         "force cancel", "force_cancel", "force_cancel", force_cancel, "olga", attempt_alive=True
     ),
@@ -163,6 +168,7 @@ ENDINGS = [
         reconcile_fail,
         "olga",
         earlier=("replay",),
+        taken=False,
     ),
 ]
 
@@ -201,7 +207,7 @@ def test_an_open_effect_becomes_unknown_at_every_end_and_is_reconciled_truthfull
     assert row.state == end_state
     effect = Effect.objects.get(task_id=task.pk, step=STEP)
     assert effect.state == EffectState.UNKNOWN
-    assert effect.holder_lease_expires_at is not None
+    assert (effect.holder_lease_expires_at is not None) == ending.taken
     unknown = AuditEvent.objects.filter(task_id=task.pk, action="effect.unknown").order_by("seq")
     events = [e.data for e in unknown if e.data["step"] == STEP]
     assert [(d["cause"], d["attempt"]) for d in events] == [
