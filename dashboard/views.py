@@ -352,6 +352,9 @@ def reconcile_effect(request: HttpRequest, effect_id: int) -> HttpResponse:
             note=form.cleaned_data["note"],
             external_ref=form.cleaned_data["external_ref"].strip(),
         )
+    except lifecycle.AttemptMayBeAlive as exc:
+        form.add_error("decision", f"{exc}.")
+        return render_page(request, "dashboard/reconcile.html", context, status=409)
     except lifecycle.LifecycleError as exc:
         return _refused(request, exc, task.pk)
     messages.success(

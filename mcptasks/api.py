@@ -11,6 +11,7 @@ refuses, 422 for invalid input.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,7 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from audit.record import Actor
-from mcptasks import access, inputs, lifecycle, queries, tokens
+from mcptasks import access, db_retry, inputs, lifecycle, queries, tokens
 from mcptasks.access import Action
 from mcptasks.api_auth import BearerTokenAuthentication
 from mcptasks.api_errors import problem_exception_handler
@@ -52,12 +53,20 @@ from mcptasks.auth import Principal
 from mcptasks.models import ApiToken, Effect, InputRequest, InputState, Task, Tenant
 from mcptasks.tools.answers import InvalidAnswer, validate_response
 
-
 # ---------------------------------------------------------------- errors
+log = logging.getLogger(__name__)
+
+
 class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "Conflict"
     default_code = "conflict"
+
+
+class DatabaseUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_detail = "The database is unavailable"
+    default_code = "database_unavailable"
 
 
 class Unprocessable(APIException):
@@ -84,7 +93,7 @@ def as_http_error(exc: Exception) -> Exception:
             "The effect's outcome is not unknown: it was already reconciled, or it "
             "never needed reconciling."
         )
-    if isinstance(exc, lifecycle.InvalidTransition):
+    if isinstance(exc, (lifecycle.InvalidTransition, lifecycle.AttemptMayBeAlive)):
         return Conflict(_sentence(str(exc)))
     if isinstance(exc, ValidationError):
         return Unprocessable(exc.detail)
@@ -174,9 +183,42 @@ class ApiView(APIView):
     parser_classes = [BoundedJSONParser]
     renderer_classes = [JSONRenderer]
     access_action: Action | None = None
+    database_error: Exception | None = None  # the transient one this try hit, if any
 
     def get_exception_handler(self) -> Callable[[Exception, dict[str, Any]], Response | None]:
         return problem_handler
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """A transient database error: GETs are retried on a fresh connection (db_retry); a
+        write is not repeated, and answers 503 saying its outcome is unknown."""
+        safe = request.method in ("GET", "HEAD", "OPTIONS")
+
+        def once() -> Any:
+            self.database_error = None
+            response = super(ApiView, self).dispatch(request, *args, **kwargs)
+            if self.database_error is not None and safe:
+                raise self.database_error
+            return response
+
+        try:
+            return db_retry.run(once, safe=safe, what=f"{request.method} {request.path}")
+        except db_retry.TRANSIENT:
+            return self.response  # the 503 of the last try
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, db_retry.TRANSIENT):
+            self.database_error = exc
+            log.warning("database error on %s", self.request.path, exc_info=True)
+            exc = DatabaseUnavailable(
+                "The database failed while this request ran; nothing was changed, retry it."
+                if self.request.method in ("GET", "HEAD", "OPTIONS")
+                else "The database failed while this request ran; whether it took effect is "
+                "unknown. Read the task before repeating it."
+            )
+            response = super().handle_exception(exc)
+            response["Retry-After"] = "1"
+            return response
+        return super().handle_exception(exc)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
@@ -437,7 +479,8 @@ class TaskForceCancelView(TaskActionView):
     "Reconcile an effect whose outcome is unknown",
     "applied (with the external reference): the step continues with that outcome; "
     "not_applied: the step runs again; fail: the task fails. On a task that already ended it "
-    "only records what happened. A second decision is a 409.",
+    "only records what happened. A second decision is a 409; so is not_applied while the "
+    "attempt that left the effect may still be alive (MCPTASKS_RECONCILE_MARGIN_S).",
     ReconcileSerializer,
     409,
 )

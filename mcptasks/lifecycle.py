@@ -18,7 +18,16 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Subquery, Value
+from django.db.models import (
+    Count,
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+)
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
@@ -107,6 +116,21 @@ class EffectNotUnknown(LifecycleError):
     """The effect was already reconciled, or its outcome is not unknown."""
 
 
+class AttemptMayBeAlive(LifecycleError):
+    """ "not applied" refused: the attempt that left the effect may still be running and call
+    downstream (its lease ran out less than MCPTASKS_RECONCILE_MARGIN_S ago)."""
+
+    def __init__(self, step: str, not_before: datetime) -> None:
+        super().__init__(
+            f"'not applied' cannot be recorded for step {step!r} before "
+            f"{not_before:%Y-%m-%d %H:%M:%S} UTC: the attempt that left it may still be running "
+            f"and call the downstream until its lease has run out for "
+            f"{settings.MCPTASKS_RECONCILE_MARGIN_S} s (MCPTASKS_RECONCILE_MARGIN_S). "
+            "'applied' and 'fail' may be recorded now"
+        )
+        self.step, self.not_before = step, not_before
+
+
 # ---------------------------------------------------------------- internals
 def _lease_deadline(seconds: int | None = None) -> ExpressionWrapper:
     """Lease expiry judged by the database clock, not the worker's."""
@@ -151,6 +175,8 @@ def _apply(
     source_states = allowed if sources is None else allowed & frozenset(sources)
     if "status_message" in fields:  # what the dashboard's search reads: the redacted message
         fields["search_status"] = search.status_text(fields["status_message"])
+    if fence is None and "lease_expires_at" in fields and fields["lease_expires_at"] is None:
+        _remember_leaving_lease(task_id)
     rows = Task.objects.filter(pk=task_id, state__in=source_states)
     if fence is not None:
         rows = rows.filter(attempt=fence)
@@ -163,6 +189,18 @@ def _apply(
         raise _refusal(task_id, verb, fence)
     metrics.TRANSITIONS.labels(verb=verb).inc()
     return Task.objects.select_related("tenant").get(pk=task_id)
+
+
+def _remember_leaving_lease(task_id: str) -> None:
+    """A move takes the task from its running attempt (not that attempt's own move): on the
+    effects that attempt left ``intended``, record when its lease runs out — until then, and a
+    margin, it may still be alive and reach the downstream (see task_reconcile_effect)."""
+    lease = Task.objects.filter(
+        pk=task_id, state=S.RUNNING, attempt=OuterRef("attempt"), lease_expires_at__isnull=False
+    ).values("lease_expires_at")[:1]
+    Effect.objects.filter(task_id=task_id, state=EffectState.INTENDED).update(
+        holder_lease_expires_at=Coalesce(Subquery(lease), F("holder_lease_expires_at"))
+    )
 
 
 def _audit(
@@ -200,6 +238,32 @@ def _fence(task_id: str, attempt: int) -> None:
         != 1
     ):
         raise _refusal(task_id, "write", attempt)
+
+
+def _leave_open_effects(task: Task, *, actor: Actor, cause: str) -> list[str]:
+    """The one rule for open effects at every end of a task (DESIGN §3): each effect still
+    ``intended`` — started, never confirmed — becomes ``unknown``, audited, and so waits in the
+    operator's reconciliation queue (on a terminal task, deciding it records what happened).
+
+    Every verb that ends or abandons a task calls it in its transaction, after its move. How
+    long the attempt that left an effect may still be alive was recorded when another's move
+    took the task from it (:func:`_remember_leaving_lease`); an attempt that let go of the task
+    itself (it suspended, failed or stopped at a safe point) is in no downstream call. Returns
+    the steps it turned unknown.
+    """
+    open_effects = list(
+        Effect.objects.filter(task_id=task.pk, state=EffectState.INTENDED)
+        .order_by("created_at", "pk")
+        .values_list("pk", "step", "attempt")
+    )
+    if not open_effects:
+        return []
+    Effect.objects.filter(pk__in=[pk for pk, _, _ in open_effects]).update(
+        state=EffectState.UNKNOWN, updated_at=timezone.now()
+    )
+    for _, step, left_by in open_effects:
+        _audit(task, "effect.unknown", actor, {"step": step, "cause": cause, "attempt": left_by})
+    return [step for _, step, _ in open_effects]
 
 
 def error_object(message: str, code: int = INTERNAL_ERROR, data: Any = None) -> dict[str, Any]:
@@ -408,6 +472,8 @@ def task_renew_lease(*, task_id: str, attempt: int) -> None:
 def task_requeue(*, task_id: str) -> Task:
     """Give a running task whose lease expired back to the queue (the reaper's verb)."""
     with transaction.atomic():
+        # The attempt's effects still intended stay so (the replay decides: an idempotent one
+        # runs again); _apply remembers when that attempt's lease ran out, for reconciliation.
         task = _apply(
             task_id,
             verb="requeue",
@@ -623,6 +689,7 @@ def task_fail(
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
             state=InputState.SUPERSEDED
         )
+        _leave_open_effects(task, actor=actor, cause="failed")
         _audit(task, "task.failed", actor, {"error": error})
         _changed(task)
     return task
@@ -727,6 +794,8 @@ def task_timeout_input(*, task_id: str, key: str, fail: bool = True) -> Task:
             task = _apply(task_id, verb="timeout_input", target=target, status_message=message)
             if target == S.QUEUED:
                 _run_on_commit(task)
+        if task.state == S.FAILED:
+            _leave_open_effects(task, actor=actor, cause="input_timeout")
         _audit(task, "task.input_timed_out", actor, {"key": key})
         _changed(task)
     return task
@@ -749,6 +818,7 @@ def _cancel_now(task_id: str, *, actor: Actor, attempt: int | None = None) -> Ta
     InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
         state=InputState.SUPERSEDED
     )
+    _leave_open_effects(task, actor=actor, cause="cancel")
     _audit(task, "task.cancelled", actor)
     _changed(task)
     return task
@@ -759,6 +829,31 @@ def task_cancel_now(*, task_id: str, actor: Actor, attempt: int | None = None) -
     running one at its next safe point."""
     with transaction.atomic():
         return _cancel_now(task_id, actor=actor, attempt=attempt)
+
+
+def task_stop_overrun(*, task_id: str, attempt: int, limit_s: float) -> Task:
+    """The worker's watchdog: end a running attempt past its tool's maximum run time — cancelled
+    if a cancel was asked for (its step ignored it), else failed. Its step may still be inside
+    a downstream call: its open effects become unknown, "not applied" waiting out its lease."""
+    with transaction.atomic():
+        _remember_leaving_lease(task_id)
+        row = Task.objects.filter(pk=task_id, state=S.RUNNING, attempt=attempt).values(
+            "cancel_requested_at"
+        )
+        if not row:
+            raise _refusal(task_id, "stop", attempt)
+        actor = Actor.system("watchdog")
+        if row[0]["cancel_requested_at"] is not None:
+            return _cancel_now(task_id, actor=actor, attempt=attempt)
+        return task_fail(
+            task_id=task_id,
+            attempt=attempt,
+            actor=actor,
+            error=error_object(
+                f"Task exceeded the maximum run time of {limit_s:g} s "
+                "(the tool's max_run_s, or MCPTASKS_MAX_RUN_S); its step was stopped"
+            ),
+        )
 
 
 def task_request_cancel(*, task_id: str, actor: Actor, reason: str = "") -> Task:
@@ -808,17 +903,8 @@ def task_force_cancel(*, task_id: str, actor: Actor, reason: str) -> Task:
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
             state=InputState.SUPERSEDED
         )
-        in_flight = list(
-            Effect.objects.filter(task_id=task_id, state=EffectState.INTENDED).values_list(
-                "step", flat=True
-            )
-        )
-        Effect.objects.filter(task_id=task_id, state=EffectState.INTENDED).update(
-            state=EffectState.UNKNOWN, updated_at=now
-        )
         _audit(task, "task.force_cancelled", actor, {"reason": reason})
-        for step in in_flight:
-            _audit(task, "effect.unknown", actor, {"step": step, "cause": "force_cancel"})
+        _leave_open_effects(task, actor=actor, cause="force_cancel")
         _changed(task)
         events.enqueue_on_commit("revoke_task", task_id=task.pk)
     return task
@@ -867,9 +953,6 @@ def task_effect_applied(
 def task_mark_effect_unknown(*, task_id: str, attempt: int, step: str) -> Task:
     """A non-idempotent effect found ``intended`` on replay: wait for an operator."""
     with transaction.atomic():
-        Effect.objects.filter(task_id=task_id, step=step, state=EffectState.INTENDED).update(
-            state=EffectState.UNKNOWN, updated_at=timezone.now()
-        )
         task = _apply(
             task_id,
             verb="mark_effect_unknown",
@@ -879,7 +962,7 @@ def task_mark_effect_unknown(*, task_id: str, attempt: int, step: str) -> Task:
             lease_expires_at=None,
             status_message=f"Waiting for an operator to reconcile step {step!r}",
         )
-        _audit(task, "effect.unknown", Actor.system("worker"), {"step": step})
+        _leave_open_effects(task, actor=Actor.system("worker"), cause="replay")
         _changed(task)
         task = _after_suspend(task, Actor.system("worker"))
     return task
@@ -918,7 +1001,23 @@ def task_reconcile_effect(
         if decision == "applied":
             fields["external_ref"] = external_ref[:500]
             fields["result"] = {"external_ref": external_ref, "reconciled": True}
-        if Effect.objects.filter(pk=effect_id, state=EffectState.UNKNOWN).update(**fields) != 1:
+        undecided = Effect.objects.filter(pk=effect_id, state=EffectState.UNKNOWN)
+        if decision == "not_applied":
+            # The attempt that left it may still call the downstream: judged by the database
+            # clock, like the lease itself.
+            margin = timedelta(seconds=settings.MCPTASKS_RECONCILE_MARGIN_S)
+            presumed_dead = Q(holder_lease_expires_at__isnull=True) | Q(
+                holder_lease_expires_at__lte=ExpressionWrapper(
+                    Now() - Value(margin), output_field=DateTimeField()
+                )
+            )
+            if undecided.filter(presumed_dead).update(**fields) != 1:
+                current = Effect.objects.filter(pk=effect_id).first()
+                if current is not None and current.state == EffectState.UNKNOWN:
+                    assert current.not_applied_from is not None
+                    raise AttemptMayBeAlive(current.step, current.not_applied_from)
+                raise EffectNotUnknown(effect_id)
+        elif undecided.update(**fields) != 1:
             raise EffectNotUnknown(effect_id)
         task = effect.task
         waiting_more = Effect.objects.filter(task_id=task.pk, state=EffectState.UNKNOWN).exists()
@@ -948,6 +1047,8 @@ def task_reconcile_effect(
             actor,
             {"step": effect.step, "decision": decision, "note": note, "external_ref": external_ref},
         )
+        if task.state == S.FAILED:
+            _leave_open_effects(task, actor=actor, cause="failed")
         _changed(task)
     return task
 
@@ -973,13 +1074,21 @@ def task_expire(*, task_id: str) -> Task:
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
             state=InputState.SUPERSEDED
         )
+        _leave_open_effects(task, actor=Actor.system("sweeper"), cause="expired")
         _audit(task, "task.expired", Actor.system("sweeper"))
         _changed(task)
     return task
 
 
+UNDECIDED_EFFECTS = (EffectState.INTENDED, EffectState.UNKNOWN)
+
+
 def task_purge(*, task_id: str) -> bool:
-    """Delete a terminal task past its TTL plus the grace period. Audit rows stay."""
+    """Delete a terminal task past its TTL plus the grace period. Audit rows stay.
+
+    A task with an effect whose outcome is not known yet is kept (an effect left ``intended``
+    first becomes ``unknown``): deleting it would drop the effect from the operator's queue.
+    It is purged by a later sweep, once every such effect is reconciled."""
     grace = timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
     with transaction.atomic():
         task = (
@@ -989,7 +1098,12 @@ def task_purge(*, task_id: str) -> bool:
         )
         if task is None:
             return False
-        deleted, _ = Task.objects.filter(pk=task_id, state__in=TERMINAL_STATES).delete()
+        _leave_open_effects(task, actor=Actor.system("sweeper"), cause="purge")
+        deleted, _ = (
+            Task.objects.filter(pk=task_id, state__in=TERMINAL_STATES)
+            .exclude(effects__state__in=UNDECIDED_EFFECTS)
+            .delete()
+        )
         if not deleted:
             return False
         _audit(task, "task.purged", Actor.system("sweeper"))

@@ -355,6 +355,10 @@ class Effect(models.Model):
     external_ref = models.CharField(max_length=500, blank=True, default="")
     result = models.JSONField(null=True, blank=True)
     attempt = models.IntegerField(default=0)
+    # When the lease of the attempt that left the effect unconfirmed ran (or runs) out: until
+    # then plus MCPTASKS_RECONCILE_MARGIN_S that attempt may still be alive and call downstream,
+    # so "not applied" cannot be recorded. Set when the attempt loses the task.
+    holder_lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
     reconciled_by = models.ForeignKey(
@@ -366,3 +370,19 @@ class Effect(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "step"], name="effect_unique_step")]
         indexes = [models.Index(fields=["tenant", "state"], name="effect_tenant_state")]
+
+    @property
+    def not_applied_from(self) -> datetime | None:
+        """When "not applied" may be recorded: the attempt that left the effect is presumed
+        dead (its lease ran out MCPTASKS_RECONCILE_MARGIN_S ago). None: it may be now."""
+        if self.holder_lease_expires_at is None:
+            return None
+        return self.holder_lease_expires_at + timedelta(
+            seconds=settings.MCPTASKS_RECONCILE_MARGIN_S
+        )
+
+    @property
+    def not_applied_refused(self) -> bool:
+        """Is "not applied" still refused (the attempt that left it may be alive)?"""
+        after = self.not_applied_from
+        return after is not None and after > timezone.now()

@@ -15,6 +15,7 @@ import threading
 import time
 import uuid as uuid_module
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -27,6 +28,7 @@ from django.utils.dateparse import parse_datetime
 
 from audit.record import Actor
 from mcptasks import lifecycle
+from mcptasks.interrupt import async_raise
 from mcptasks.lifecycle import InputSpec, error_object
 from mcptasks.models import (
     Audience,
@@ -43,12 +45,14 @@ from mcptasks.tools.context import (
     ROOTS,
     SAMPLE,
     Answer,
+    EffectKey,
     NonDeterministicTool,
     Question,
     Suspend,
     ToolContext,
     ToolDefinitionError,
     ToolError,
+    WaitTimedOut,
     declares_input_kind,
     form_secret_fields,
 )
@@ -269,9 +273,9 @@ class TaskContext(ToolContext):
         self._require("roots")
         return list(self._single_request(key, ROOTS, {}).get("roots") or [])
 
-    def effect(self, step: str, fn: Callable[[str], T], *, idempotent: bool = False) -> T:
+    def effect(self, step: str, fn: Callable[[EffectKey], T], *, idempotent: bool = False) -> T:
         self._step(step, "effect")
-        idempotency_key = f"{self.task.pk}:{step}"
+        idempotency_key = EffectKey(f"{self.task.pk}:{step}", fencing_token=self.attempt)
         existing = self.effects.get(step)
         if existing is not None:
             if existing.state in (EffectState.APPLIED, EffectState.RECONCILED_APPLIED):
@@ -319,9 +323,22 @@ class TaskContext(ToolContext):
         timeout_s: float | None = None,
     ) -> None:
         self._step(key, "wait")
+        deadline = None
+        if timeout_s is not None:
+            # Counted from the first check, recorded so every replay keeps the same deadline.
+            deadline = parse_datetime(
+                self._recorded(
+                    f"{key}@deadline",
+                    "wait_deadline",
+                    lambda: (timezone.now() + timedelta(seconds=timeout_s)).isoformat(),
+                )
+            )
         step = self.steps.get(key)
-        if step is not None and (step.value or {}).get("done"):
+        outcome = (step.value or {}) if step is not None else {}
+        if outcome.get("done"):
             return
+        if outcome.get("timed_out"):
+            raise WaitTimedOut(outcome.get("message") or f"Gave up waiting for {key!r}")
         if check():
             lifecycle.task_record_step(
                 task_id=self.task.pk,
@@ -331,16 +348,47 @@ class TaskContext(ToolContext):
                 value={"done": True},
             )
             return
-        lifecycle.task_sleep(
-            task_id=self.task.pk,
-            attempt=self.attempt,
-            wake_at=timezone.now() + timedelta(seconds=every),
-        )
+        wake_at = timezone.now() + timedelta(seconds=every)
+        if deadline is not None and timezone.now() >= deadline:
+            message = f"Gave up waiting for {key!r} after {timeout_s:g} s"
+            lifecycle.task_record_step(
+                task_id=self.task.pk,
+                attempt=self.attempt,
+                key=key,
+                kind="wait",
+                value={"done": False, "timed_out": True, "message": message},
+            )
+            raise WaitTimedOut(message)
+        if deadline is not None:
+            wake_at = min(wake_at, deadline)  # the last check falls on the deadline
+        lifecycle.task_sleep(task_id=self.task.pk, attempt=self.attempt, wake_at=wake_at)
         raise Suspend()
 
 
+class Overrun(Stop):
+    """Raised in a step still running at the tool's maximum run time (the task was already
+    failed or cancelled by the watchdog): stop without writing."""
+
+
+@dataclass
+class _Running:
+    """One attempt running in this process, as the renewer thread sees it."""
+
+    renew_at: float  # monotonic
+    interval: float
+    thread_id: int
+    deadline: float | None = None  # monotonic; the tool's maximum run time
+    limit_s: float = 0.0
+    done: bool = False  # the attempt left run_task's step (set under _INTERRUPT)
+    interrupted: bool = False  # Overrun was raised in its thread
+
+    def next_at(self) -> float:
+        return self.renew_at if self.deadline is None else min(self.renew_at, self.deadline)
+
+
 class _LeaseRenewer:
-    """One daemon thread per process that renews the lease of every attempt running in it.
+    """One daemon thread per process that renews the lease of every attempt running in it, and
+    stops an attempt still running at its tool's maximum run time (the watchdog).
 
     Starting and joining a thread per attempt cost a no-op task about as much as its own run;
     registering with a thread that already runs costs a dict entry.
@@ -352,48 +400,83 @@ class _LeaseRenewer:
 
     def _reset(self) -> None:
         self.changed = threading.Condition()
-        # (task id, attempt) -> (next renewal due, interval), on the monotonic clock
-        self.due: dict[tuple[str, int], tuple[float, float]] = {}
+        self.due: dict[tuple[str, int], _Running] = {}
         self.thread: threading.Thread | None = None
 
-    def add(self, task_id: str, attempt: int) -> None:
+    def add(self, task_id: str, attempt: int, limit_s: float | None = None) -> _Running:
         interval = max(min(settings.MCPTASKS_LEASE_RENEW_S, settings.MCPTASKS_LEASE_S / 3), 0.5)
+        now = time.monotonic()
+        running = _Running(now + interval, interval, threading.get_ident())
+        if limit_s:
+            running.deadline, running.limit_s = now + limit_s, limit_s
         with self.changed:
-            self.due[(task_id, attempt)] = (time.monotonic() + interval, interval)
+            self.due[(task_id, attempt)] = running
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(
                     target=self._loop, daemon=True, name="mcptasks-lease-renewer"
                 )
                 self.thread.start()
             self.changed.notify()
+        return running
 
     def discard(self, task_id: str, attempt: int) -> None:
         with self.changed:
             self.due.pop((task_id, attempt), None)
 
-    def _next_batch(self) -> list[tuple[str, int]]:
-        """Wait until some leases are due; return them, already rescheduled."""
+    def _next_batch(self) -> list[tuple[tuple[str, int], _Running, bool]]:
+        """Wait until some leases are due or some attempts overran; return them (leases
+        already rescheduled; overrun attempts removed), with whether each overran."""
         with self.changed:
             while True:
                 now = time.monotonic()
-                ready = [key for key, (at, _) in self.due.items() if at <= now]
+                ready = []
+                for key, running in list(self.due.items()):
+                    if running.deadline is not None and running.deadline <= now:
+                        del self.due[key]
+                        ready.append((key, running, True))
+                    elif running.renew_at <= now:
+                        running.renew_at = now + running.interval
+                        ready.append((key, running, False))
                 if ready:
-                    for key in ready:
-                        self.due[key] = (now + self.due[key][1], self.due[key][1])
                     return ready
-                soonest = min((at for at, _ in self.due.values()), default=None)
+                soonest = min((r.next_at() for r in self.due.values()), default=None)
                 self.changed.wait(None if soonest is None else soonest - now)
 
     def _loop(self) -> None:
         while True:
-            for task_id, attempt in self._next_batch():
+            for (task_id, attempt), running, overran in self._next_batch():
                 try:
-                    lifecycle.task_renew_lease(task_id=task_id, attempt=attempt)
+                    if overran:
+                        _stop_overrun(task_id, attempt, running)
+                    else:
+                        lifecycle.task_renew_lease(task_id=task_id, attempt=attempt)
                 except lifecycle.LifecycleError:
                     self.discard(task_id, attempt)  # finished, cancelled or fenced off
                 except Exception:
                     log.warning("lease renewal failed", exc_info=True)
             close_old_connections()
+
+
+def _stop_overrun(task_id: str, attempt: int, running: _Running) -> None:
+    """End an attempt past its maximum run time, then interrupt its step.
+
+    The task ends first (failed, or cancelled if a cancel was asked for: a step that ignores
+    cancellation is stopped here), so the outcome does not depend on the step giving way; then
+    :class:`Overrun` is raised in the step's thread at its next Python instruction. A step
+    blocked in a C call that never returns stays blocked, fenced off: every write it tries is
+    refused."""
+    log.warning(
+        "attempt exceeded its maximum run time; stopping it",
+        extra={"task_id": task_id, "attempt": attempt, "max_run_s": running.limit_s},
+    )
+    lifecycle.task_stop_overrun(task_id=task_id, attempt=attempt, limit_s=running.limit_s)
+    with _INTERRUPT:
+        if not running.done:
+            running.interrupted = True
+            async_raise(running.thread_id, Overrun)
+
+
+_INTERRUPT = threading.Lock()
 
 
 _renewer = _LeaseRenewer()
@@ -402,15 +485,21 @@ _renewer = _LeaseRenewer()
 class LeaseKeeper:
     """Renews the lease of a running attempt in the background while a step runs."""
 
-    def __init__(self, task_id: str, attempt: int) -> None:
-        self.task_id, self.attempt = task_id, attempt
+    def __init__(self, task_id: str, attempt: int, limit_s: float | None = None) -> None:
+        self.task_id, self.attempt, self.limit_s = task_id, attempt, limit_s
+        self.running: _Running | None = None
 
     def __enter__(self) -> LeaseKeeper:
-        _renewer.add(self.task_id, self.attempt)
+        self.running = _renewer.add(self.task_id, self.attempt, self.limit_s)
         return self
 
     def __exit__(self, *exc: object) -> None:
         _renewer.discard(self.task_id, self.attempt)
+        with _INTERRUPT:
+            if self.running is not None:
+                self.running.done = True
+                if self.running.interrupted:
+                    async_raise(self.running.thread_id, None)  # not delivered yet: withdraw
 
 
 def run_task(task_id: str, worker: str | None = None) -> str | None:
@@ -435,13 +524,22 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
     if binding_error:
         return _fail(task, binding_error)
     context = TaskContext(task, tool_def)
-    with (
-        LeaseKeeper(task.pk, task.attempt),
-        structlog.contextvars.bound_contextvars(
-            task_id=task.pk, tenant=task.tenant.slug, attempt=task.attempt
-        ),
-    ):
-        return _execute(task, tool_def, context)
+    try:
+        with (
+            LeaseKeeper(task.pk, task.attempt, max_run_s(tool_def)),
+            structlog.contextvars.bound_contextvars(
+                task_id=task.pk, tenant=task.tenant.slug, attempt=task.attempt
+            ),
+        ):
+            return _execute(task, tool_def, context)
+    except Overrun:  # delivered after the step returned, before it could be withdrawn
+        return _state_of(task.pk)
+
+
+def max_run_s(tool_def: ToolDef) -> float | None:
+    """How long one attempt of the tool may run: its ``max_run_s``, else MCPTASKS_MAX_RUN_S
+    (0: no limit). Enforced here, in the worker, whatever the job's sender asked for."""
+    return tool_def.max_run_s or settings.MCPTASKS_MAX_RUN_S or None
 
 
 def _check_binding(task: Task, tool_def: ToolDef) -> str | None:

@@ -342,6 +342,16 @@ MCPTASKS_DEFAULT_POLL_INTERVAL_MS = env_int("MCPTASKS_DEFAULT_POLL_INTERVAL_MS",
 MCPTASKS_TERMINAL_GRACE_S = env_int("MCPTASKS_TERMINAL_GRACE_S", 3600)
 MCPTASKS_LEASE_S = env_int("MCPTASKS_LEASE_S", 30)
 MCPTASKS_MAX_ATTEMPTS = env_int("MCPTASKS_MAX_ATTEMPTS", 5)
+# How long a task tool that asks before its task exists may run in the web request.
+MCPTASKS_PRE_TASK_LIMIT_S = float(env_str("MCPTASKS_PRE_TASK_LIMIT_S", "2"))
+# Transient database errors: how often a read (or a repeat-safe write) is retried on a fresh
+# connection before the request fails (mcptasks/db_retry.py).
+MCPTASKS_DB_RETRIES = env_int("MCPTASKS_DB_RETRIES", 2)
+# One attempt of a tool that declares no max_run_s is stopped after this long (0: no limit).
+MCPTASKS_MAX_RUN_S = env_int("MCPTASKS_MAX_RUN_S", 21_600)
+# "not applied" is refused for an unknown effect until the lease of the attempt that left it
+# ran out this long ago: until then that attempt may still be alive and call downstream.
+MCPTASKS_RECONCILE_MARGIN_S = env_int("MCPTASKS_RECONCILE_MARGIN_S", 60)
 # Timers due sooner than this are also woken by a delayed job (precise); later ones only by the
 # due-timer sweep, so no broker message waits for hours.
 MCPTASKS_TIMER_ETA_MAX_S = env_int("MCPTASKS_TIMER_ETA_MAX_S", 60)

@@ -14,7 +14,14 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from mcptasks import events, lifecycle
-from mcptasks.models import TERMINAL_STATES, InputRequest, InputState, Task, TaskState
+from mcptasks.models import (
+    TERMINAL_STATES,
+    EffectState,
+    InputRequest,
+    InputState,
+    Task,
+    TaskState,
+)
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -60,10 +67,11 @@ def expire_tasks() -> int:
 
 def purge_tasks() -> int:
     cutoff = timezone.now() - timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
+    # A task whose unknown effect waits for an operator is kept until it is reconciled.
     ids = list(
-        Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff).values_list(
-            "pk", flat=True
-        )[:BATCH]
+        Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
+        .exclude(effects__state=EffectState.UNKNOWN)
+        .values_list("pk", flat=True)[:BATCH]
     )
     return sum(1 for task_id in ids if lifecycle.task_purge(task_id=task_id))
 

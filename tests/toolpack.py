@@ -192,7 +192,7 @@ def cancel_probe(ctx: ToolContext, call: str) -> str:
     return "not cancelled"
 
 
-@tool(policy="task", ttl_ms=300_000, poll_interval_ms=500)
+@tool(policy="task", ttl_ms=300_000, poll_interval_ms=500, asks_before_task=True)
 def greet_in_task(ctx: ToolContext) -> dict[str, Any]:
     """Ask for a name before the task exists (MRTR), then greet from the task."""
     answer = ctx.ask(
@@ -471,7 +471,7 @@ def remote_ref(ctx: ToolContext, spec: Any = None) -> str:
     return "ran"
 
 
-@tool(policy="task", ttl_ms=300_000, poll_interval_ms=500)
+@tool(policy="task", ttl_ms=300_000, poll_interval_ms=500, asks_before_task=True)
 def confirm_before_task(ctx: ToolContext, item: str = "x") -> str:
     """Confirm before the task exists (MRTR), then work in a task."""
     answer = ctx.ask("go", f"Queue {item}?", OK_ONLY, before_task=True)
@@ -532,6 +532,68 @@ def effect_crash(
     )
     receipt = ctx.effect("receipt", lambda key: cloud.charge(key), idempotent=True)
     return {"charge": charge, "receipt": receipt}
+
+
+# tests/effects/endings.py: an effect left open while the task waits for an answer that never
+# comes (the input-timeout end of a task with an open effect).
+@tool(policy="task", ttl_ms=1_800_000)
+def effect_asks(ctx: ToolContext, hold: str = "before", timeout_s: float = 1.0) -> dict[str, Any]:
+    """A non-idempotent charge that asks for a confirmation in the middle of its call:
+    ``hold`` "before" asks before the downstream call, "after" once the charge is applied."""
+    from tests.effects.downstream import cloud
+
+    def charge(key: str) -> dict[str, Any]:
+        if hold == "before":
+            ctx.ask("confirm", "Charge?", OK_ONLY, audience="operator", timeout_s=timeout_s)
+        result = cloud.charge(key)
+        if hold == "after":
+            ctx.ask(
+                "confirm", "Keep the charge?", OK_ONLY, audience="operator", timeout_s=timeout_s
+            )
+        return result
+
+    return {"charge": ctx.effect("charge", charge)}
+
+
+@tool(policy="task", asks_before_task=True)
+def slow_before_task(ctx: ToolContext) -> str:
+    """Computes for ever before its first question (tests/tasks/test_bounded.py)."""
+    import time
+
+    while True:
+        time.sleep(0.05)
+
+
+# tests/tasks/test_bounded.py: a step that ignores cancellation (never calls ctx again), and a
+# durable wait with a timeout.
+@tool(policy="task", max_run_s=1.0)
+def ignores_cancel(ctx: ToolContext, in_effect: bool = False) -> str:
+    """Spin for ever (sleeping 50 ms at a time), optionally inside a non-idempotent effect."""
+    import time
+
+    def spin(key: str) -> None:
+        while True:
+            time.sleep(0.05)
+
+    if in_effect:
+        ctx.effect("spin", spin)
+    else:
+        spin("")
+    return "never"
+
+
+@tool(policy="task")
+def waits_with_timeout(ctx: ToolContext, timeout_s: float = 5.0, catch: bool = False) -> str:
+    """Wait for a condition that never holds, with a timeout; optionally handle the timeout."""
+    from mcptasks.tools import WaitTimedOut
+
+    try:
+        ctx.wait_until("never", lambda: False, every=1.0, timeout_s=timeout_s)
+    except WaitTimedOut as exc:
+        if not catch:
+            raise
+        return f"handled: {exc}"
+    return "done"
 
 
 @tool(policy="task")

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from audit.record import current_request_id
-from mcptasks import events, metrics
+from mcptasks import db_retry, events, metrics
 from mcptasks.auth import AuthError, Principal, authenticate_bearer
 from mcptasks.limits import Throttled
 from mcptasks.oauth import resource_metadata_url
@@ -47,6 +47,9 @@ from mcptasks.protocol.listen import ListenStream, parse_listen
 from mcptasks.protocol.progress import ProgressStream
 
 log = logging.getLogger(__name__)
+# Methods a transient database error may repeat: reads, and cancel (recording intent twice is a
+# no-op). tools/call and tasks/update may have committed: never repeated blindly.
+REPEAT_SAFE = frozenset({"server/discover", "tools/list", "tasks/get", "tasks/cancel"})
 
 LOCAL_ORIGIN = re.compile(r"^https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?$", re.IGNORECASE)
 
@@ -349,6 +352,28 @@ class McpApplication:
             close_old_connections()
 
     def _serve(self, call: Call, authorization: str | None) -> dict[str, Any]:
+        """Serve the call, retried on a fresh connection after a transient database error when
+        repeating it is safe (mcptasks/db_retry.py); otherwise its outcome is unknown."""
+        safe = call.method in REPEAT_SAFE
+        try:
+            return db_retry.run(
+                lambda: self._serve_once(call, authorization), safe=safe, what=call.method
+            )
+        except db_retry.TRANSIENT:
+            log.warning("database error on /mcp %s", call.method, exc_info=True)
+            raise McpError(
+                INTERNAL_ERROR,
+                "The database failed while this request ran"
+                + (
+                    "; nothing was changed, retry it"
+                    if safe
+                    else "; whether it took effect is unknown. A tools/call retried with the "
+                    "same dev.mcptasks/idempotencyKey returns the task it may have created"
+                ),
+                {"outcome": "unknown", "retrySafe": safe},
+            ) from None
+
+    def _serve_once(self, call: Call, authorization: str | None) -> dict[str, Any]:
         """Authenticate (before anything else may run), gate, then run the method handler."""
         try:
             principal = authenticate_bearer(authorization)

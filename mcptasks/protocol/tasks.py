@@ -17,6 +17,11 @@ from mcptasks.tools.answers import InvalidAnswer, validate_response
 from mcptasks.tools.context import declares_input_kind
 
 ACK = {"resultType": "complete"}
+# tasks/update's result _meta: for each key of inputResponses, whether this answer was the one
+# recorded ("taken") or not ("not_taken": answered first by someone else, no longer pending, or
+# never asked of this client). docs/api.md documents it.
+INPUT_RESPONSES_META = "dev.mcptasks/inputResponses"
+TAKEN, NOT_TAKEN = "taken", "not_taken"
 
 
 def _visible_task(call: Call) -> Task:
@@ -87,14 +92,16 @@ def handle_tasks_update(call: Call) -> dict[str, Any]:
         except InvalidAnswer as exc:
             raise invalid_params(f"inputResponses[{key!r}]: {exc}", {"key": key}) from None
     actor = Actor.for_user(user, kind="principal")
+    statuses = dict.fromkeys(responses, NOT_TAKEN)
     for key, response in accepted.items():
         try:
             lifecycle.task_answer_input(
                 task_id=task.pk, key=key, response=response, actor=actor, via="mcp"
             )
         except lifecycle.LifecycleError:
-            pass  # answered concurrently, or the task moved on: nothing outstanding
-    return dict(ACK)
+            continue  # answered concurrently, or the task moved on: nothing outstanding
+        statuses[key] = TAKEN
+    return {**ACK, "_meta": {INPUT_RESPONSES_META: statuses}}
 
 
 def handle_tasks_cancel(call: Call) -> dict[str, Any]:

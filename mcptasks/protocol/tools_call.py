@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from typing import Any
 
 import jsonschema
+from django.conf import settings
 from referencing.exceptions import Unresolvable
 from rfc8785 import CanonicalizationError
 
 from audit.record import Actor
 from mcptasks import lifecycle, metrics, wire
 from mcptasks.canonical import digest
+from mcptasks.interrupt import time_limit
 from mcptasks.protocol import task_tools
 from mcptasks.protocol.call import TASKS_EXTENSION, Call
 from mcptasks.protocol.errors import INTERNAL_ERROR, McpError, invalid_params, missing_capability
@@ -35,6 +38,11 @@ log = logging.getLogger(__name__)
 # Client idempotency key for retry-safe task creation (README "Retry-safe creation").
 IDEMPOTENCY_META = "dev.mcptasks/idempotencyKey"
 TASKS_REQUIRED: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}}
+
+
+class PreTaskTimeLimit(BaseException):
+    """A task tool's code before its task exists ran past MCPTASKS_PRE_TASK_LIMIT_S (a
+    BaseException, so the tool's ``except Exception`` cannot swallow it)."""
 
 
 def handle_tools_call(call: Call) -> dict[str, Any]:
@@ -88,6 +96,8 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
         where = "/".join(str(p) for p in errors[0].path) or "arguments"
         return tool_error_result(f"Invalid arguments for {name}: {where}: {errors[0].message}")
     state, offered = _open_state(call, tool_def, arguments)
+    if as_task and not tool_def.asks_before_task:
+        return _create_task(call, tool_def, arguments, state)  # nothing of it runs here
     context = InlineContext(
         tool_name=name,
         arguments=arguments,
@@ -97,11 +107,20 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
         offered=offered,
         progress=call.progress,
     )
+    limit = settings.MCPTASKS_PRE_TASK_LIMIT_S if as_task else None
     try:
         try:
-            value = tool_def.fn(context, **arguments)
+            with time_limit(limit, PreTaskTimeLimit) if limit else nullcontext():
+                value = tool_def.fn(context, **arguments)
         finally:
             state.asked.update(context.asked)
+    except PreTaskTimeLimit:
+        log.error("tool %s ran past MCPTASKS_PRE_TASK_LIMIT_S before its task existed", name)
+        raise McpError(
+            INTERNAL_ERROR,
+            f"Tool {name!r} ran longer than {limit:g} s before its task existed "
+            "(MCPTASKS_PRE_TASK_LIMIT_S): no task was created",
+        ) from None
     except StartTask:
         return _create_task(call, tool_def, arguments, state)
     except InputRequired as pending:

@@ -81,7 +81,7 @@ def multi_input(ctx: ToolContext) -> str:
     return f"Hello, {name}! confirmed={answers['confirm'].content.get('confirm')}"
 
 
-@tool(policy="task", **FIXTURE)
+@tool(policy="task", asks_before_task=True, **FIXTURE)
 def test_tool_with_task(ctx: ToolContext) -> dict[str, Any]:
     """Ask for a name before the task exists (MRTR), then compute in a task."""
     answer = ctx.ask(

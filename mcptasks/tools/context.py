@@ -46,6 +46,26 @@ class ToolError(Exception):
     """Raised by a tool for a business failure: the result is ``isError: true`` (not failed)."""
 
 
+class WaitTimedOut(ToolError):
+    """``ctx.wait_until(..., timeout_s=...)`` gave up: the check never passed in time. Unless
+    the tool catches it, the task completes with ``isError: true`` saying so."""
+
+
+class EffectKey(str):
+    """What an effect function receives: the idempotency key (a ``str``, derived from the task
+    and the step), carrying the attempt's fencing token. The token grows with every attempt
+    of the task; a downstream that remembers the highest token it saw per key and refuses a
+    lower one cannot be reached by a stale attempt (a paused worker that resumes after another
+    attempt took over)."""
+
+    fencing_token: int
+
+    def __new__(cls, key: str, fencing_token: int) -> EffectKey:
+        value = super().__new__(cls, key)
+        value.fencing_token = fencing_token
+        return value
+
+
 class ToolDefinitionError(Exception):
     """The tool broke a rule of the tool API (e.g. ask after effect inline, duplicate key)."""
 
@@ -154,8 +174,9 @@ class ToolContext:
         """``roots/list``; returns the client's roots."""
         raise NotImplementedError
 
-    def effect(self, step: str, fn: Callable[[str], T], *, idempotent: bool = False) -> T:
-        """Run a side effect once; ``fn`` receives the idempotency key to pass downstream."""
+    def effect(self, step: str, fn: Callable[[EffectKey], T], *, idempotent: bool = False) -> T:
+        """Run a side effect once; ``fn`` receives the idempotency key to pass downstream, an
+        :class:`EffectKey` whose ``fencing_token`` the downstream should check too."""
         raise NotImplementedError
 
     def sleep(self, key: str, seconds: float) -> None:
@@ -169,7 +190,9 @@ class ToolContext:
         every: float = 5.0,
         timeout_s: float | None = None,
     ) -> None:
-        """Durable polling: suspend and re-check every ``every`` seconds until ``check()``."""
+        """Durable polling: suspend and re-check every ``every`` seconds until ``check()``.
+        With ``timeout_s``, raise :class:`WaitTimedOut` once that long passed since the first
+        check without it passing (an outcome recorded like any step)."""
         raise NotImplementedError
 
     def job(self, external_id: str) -> None:

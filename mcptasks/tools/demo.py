@@ -6,8 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from mcptasks.tools import ToolContext, ToolError, tool
+from mcptasks.tools import ToolContext, ToolError, WaitTimedOut, tool
 from mcptasks.tools.fakes import fake_cloud
+
+# How long cloud_job waits for the backend to know a job it submitted.
+UNKNOWN_JOB_S = 30.0
 
 
 @tool(policy="task", ttl_ms=24 * 3_600_000, poll_interval_ms=2000, max_input_wait_s=12 * 3600)
@@ -100,10 +103,25 @@ def cloud_job(ctx: ToolContext, spec: str, poll_seconds: float = 1.0) -> dict[st
     submitted = ctx.effect("submit", lambda key: fake_cloud.submit_job(key, spec), idempotent=True)
     job_id = submitted["job_id"]
     ctx.job(job_id)
+    # A job the backend does not know (yet: it may lag behind the submit) fails the task after
+    # a bounded time instead of being polled for ever; one it forgets later has failed.
+    try:
+        ctx.wait_until(
+            "known",
+            lambda: fake_cloud.job_status(job_id) != "unknown",
+            every=poll_seconds,
+            timeout_s=UNKNOWN_JOB_S,
+        )
+    except WaitTimedOut:
+        raise ToolError(
+            f"Cloud job {job_id} is unknown to the backend after {UNKNOWN_JOB_S:g} s"
+        ) from None
     ctx.wait_until(
-        "finished", lambda: fake_cloud.job_status(job_id) in ("done", "error"), every=poll_seconds
+        "finished", lambda: fake_cloud.job_status(job_id) != "running", every=poll_seconds
     )
     status = fake_cloud.job_status(job_id)
+    if status == "unknown":
+        raise ToolError(f"Cloud job {job_id} is no longer known to the backend")
     if status == "error":
         raise ToolError(f"Cloud job {job_id} failed")
     return {"job_id": job_id, "status": status}

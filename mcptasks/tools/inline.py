@@ -21,10 +21,12 @@ from mcptasks.tools.context import (
     ROOTS,
     SAMPLE,
     Answer,
+    EffectKey,
     Question,
     Suspend,
     ToolContext,
     ToolDefinitionError,
+    WaitTimedOut,
     form_secret_fields,
 )
 
@@ -183,11 +185,12 @@ class InlineContext(ToolContext):
         self._need("roots")
         return list(self._gather({key: {"method": ROOTS, "params": {}}})[key].get("roots") or [])
 
-    def effect(self, step: str, fn: Callable[[str], T], *, idempotent: bool = False) -> T:
+    def effect(self, step: str, fn: Callable[[EffectKey], T], *, idempotent: bool = False) -> T:
         self._plain_call()
         self._key(step)
         self.effect_ran = True
-        return fn(f"inline:{uuid_module.uuid4()}:{step}")
+        # A fresh key per call and no attempts: every inline call is its own first attempt.
+        return fn(EffectKey(f"inline:{uuid_module.uuid4()}:{step}", fencing_token=1))
 
     def sleep(self, key: str, seconds: float) -> None:
         self._plain_call()
@@ -204,9 +207,12 @@ class InlineContext(ToolContext):
     ) -> None:
         self._plain_call()
         self._key(key)
-        deadline = time.monotonic() + min(timeout_s or MAX_INLINE_SLEEP_S, MAX_INLINE_SLEEP_S)
+        limit = min(timeout_s, MAX_INLINE_SLEEP_S) if timeout_s is not None else MAX_INLINE_SLEEP_S
+        deadline = time.monotonic() + limit
         while not check():
             if time.monotonic() > deadline:
+                if limit == timeout_s:
+                    raise WaitTimedOut(f"Gave up waiting for {key!r} after {timeout_s:g} s")
                 raise ToolDefinitionError(f"wait {key!r} did not finish inline")
             time.sleep(min(every, 1.0))
 

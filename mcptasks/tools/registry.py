@@ -56,6 +56,9 @@ class ToolDef:
     # A client without the tasks extension gets the task anyway, answered as an ordinary
     # CallToolResult naming it and the task_status / task_cancel tools (protocol/task_tools.py).
     task_fallback: bool = False
+    # A task tool whose first questions are asked before the task exists (``before_task=True``):
+    # only then does any of its code run in the web request (MCPTASKS_PRE_TASK_LIMIT_S).
+    asks_before_task: bool = False
     pack: str = ""
 
     @property

@@ -371,3 +371,21 @@ def test_only_operators_grant_and_revoking_what_is_not_held_is_404(
     for name in ("alice", "amy", "carl"):
         problem(api(name).post(f"{TASKS}/{task.pk}/delegations/grant", grant), 403)
     problem(api("olga").post(f"{TASKS}/{task.pk}/delegations/revoke", grant), 404)
+
+
+def test_not_applied_is_a_409_while_the_attempt_that_left_the_effect_may_be_alive(
+    api: Any, task_in: Any, actors: Any
+) -> None:
+    task = task_in(S.RUNNING)
+    lifecycle.task_effect_intended(
+        task_id=task.pk,
+        attempt=task.attempt,
+        step="deploy",
+        idempotency_key=f"{task.pk}:deploy",
+        idempotent=False,
+    )
+    lifecycle.task_force_cancel(task_id=task.pk, actor=actors["olga"], reason="stop")
+    body = {"decision": "not_applied", "reason": "nothing downstream"}
+    refused = problem(api("olga").post(reconcile_path(task), body), 409)
+    assert "MCPTASKS_RECONCILE_MARGIN_S" in refused["detail"]
+    assert task.effects.get().state == "unknown"

@@ -732,3 +732,36 @@ def test_members_do_not_issue_tokens_and_revoke_only_their_own(cast, client_for,
     assert (
         client_for("amy").post(reverse("dashboard:token_revoke", args=[bobs.pk])).status_code == 404
     )
+
+
+def test_the_reconcile_form_says_when_not_applied_becomes_possible_and_refuses_it_before(
+    cast, client_for, running, users
+):
+    """Force-cancelled mid-effect: its attempt may still be in the downstream call until its
+    lease has run out for MCPTASKS_RECONCILE_MARGIN_S (issue 20, point 2)."""
+    from audit.record import Actor
+
+    task = running("alice")
+    lifecycle.task_effect_intended(
+        task_id=task.pk,
+        attempt=task.attempt,
+        step="rollout",
+        idempotency_key=f"{task.pk}:rollout",
+        idempotent=False,
+    )
+    lifecycle.task_force_cancel(
+        task_id=task.pk, actor=Actor.for_user(users["olga"], kind="operator"), reason="stop"
+    )
+    effect = Effect.objects.get(task=task)
+    olga = client_for("olga")
+    url = reverse("dashboard:reconcile", args=[effect.pk])
+    form = page_text(olga.get(url))
+    assert "<em>Not applied</em> can be recorded from" in form
+    assert f"{effect.not_applied_from:%Y-%m-%d %H:%M:%S} UTC" in form
+
+    refused = olga.post(url, {"decision": "not_applied", "note": "nothing downstream"})
+    assert refused.status_code == 409
+    assert "MCPTASKS_RECONCILE_MARGIN_S" in page_text(refused)
+    assert Effect.objects.get(pk=effect.pk).state == EffectState.UNKNOWN
+    olga.post(url, {"decision": "applied", "note": "seen", "external_ref": "r-1"})
+    assert Effect.objects.get(pk=effect.pk).state == EffectState.RECONCILED_APPLIED

@@ -89,19 +89,22 @@ class EffectTasks:
         assert tool_def is not None, f"{TOOL} is not loaded (tests.toolpack in the tool packs?)"
         self.cast, self.tool_def = cast, tool_def
 
-    def create(self, owner: str = "alice", **arguments: Any) -> str:
+    def create(self, owner: str = "alice", *, tool: str = TOOL, **arguments: Any) -> str:
         from audit.record import Actor
         from mcptasks import lifecycle
+        from mcptasks.tools.registry import registry
 
         entry = self.cast[owner]
+        tool_def = registry.get(tool)
+        assert tool_def is not None, f"{tool} is not loaded"
         task, _ = lifecycle.task_create(
             spec=lifecycle.NewTask(
                 tenant_id=entry["tenant"].pk,
                 principal_id=entry["user"].pk,
-                tool_name=TOOL,
+                tool_name=tool,
                 arguments=arguments,
-                policy_revision=self.tool_def.policy_revision,
-                ttl_ms=self.tool_def.ttl_ms,
+                policy_revision=tool_def.policy_revision,
+                ttl_ms=tool_def.ttl_ms,
                 client_capabilities={"extensions": {"io.modelcontextprotocol/tasks": {}}},
             ),
             actor=Actor.for_user(entry["user"], kind="principal"),
@@ -157,8 +160,14 @@ def unknown_effect_id(task_id: str, step: str = STEP) -> int:
 
 
 # ---------------------------------------------------------------- the kill
-def kill_at_marks(cluster: Cluster, iterations: list[Iteration], timeout: float) -> None:
-    """SIGKILL the pool process holding each iteration's effect at its mark, as it gets there.
+def kill_at_marks(
+    cluster: Cluster,
+    iterations: list[Iteration],
+    timeout: float,
+    on_kill: Callable[[Iteration], None] | None = None,
+) -> None:
+    """SIGKILL the pool process holding each iteration's effect at its mark, as it gets there
+    (then call ``on_kill`` with it, if given).
 
     At the kill, records what the task and the downstream said (``at_kill``): the effect row,
     the calls the downstream had for the key, the task's state, and whose lease it was.
@@ -200,6 +209,8 @@ def kill_at_marks(cluster: Cluster, iterations: list[Iteration], timeout: float)
             os.kill(mark["pid"], signal.SIGKILL)
             it.killed_pid, it.killed_at = mark["pid"], time.monotonic()
             del waiting[task_id]
+            if on_kill is not None:
+                on_kill(it)
         time.sleep(0.02)
 
 
@@ -234,6 +245,37 @@ def wait_settled(iterations: list[Iteration], timeout: float) -> None:
         time.sleep(0.05)
 
 
+def decide(
+    effect_id: int,
+    actor: Any,
+    decision: str,
+    note: str,
+    external_ref: str = "",
+    timeout: float = 60.0,
+) -> int:
+    """Record an operator's decision; "not applied" is refused until the dead attempt's lease
+    has run out for MCPTASKS_RECONCILE_MARGIN_S, so retry until then. Returns the refusals."""
+    from mcptasks import lifecycle
+
+    refused = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lifecycle.task_reconcile_effect(
+                effect_id=effect_id,
+                actor=actor,
+                decision=decision,
+                note=note,
+                external_ref=external_ref,
+            )
+            return refused
+        except lifecycle.AttemptMayBeAlive:
+            refused += 1
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def reconcile_truthfully(iterations: list[Iteration], actor: Any) -> None:
     """olga decides each unknown effect from what the downstream says, then tries once more."""
     from mcptasks import lifecycle, wire
@@ -248,14 +290,14 @@ def reconcile_truthfully(iterations: list[Iteration], actor: Any) -> None:
         effect_id = unknown_effect_id(it.task_id)
         truth = applied.get(it.key, {}).get("charge_id", "")
         reference = truth if it.scenario.decision == "applied" else ""
-        it.decided_at = time.monotonic()
-        lifecycle.task_reconcile_effect(
-            effect_id=effect_id,
-            actor=actor,
-            decision=it.scenario.decision,
-            note=f"checked the cloud console: {it.scenario.decision}",
-            external_ref=reference,
+        decide(
+            effect_id,
+            actor,
+            it.scenario.decision,
+            f"checked the cloud console: {it.scenario.decision}",
+            reference,
         )
+        it.decided_at = time.monotonic()
         try:
             lifecycle.task_reconcile_effect(
                 effect_id=effect_id, actor=actor, decision="fail", note="a second opinion"
@@ -346,7 +388,7 @@ def problems(iterations: list[Iteration]) -> list[str]:
     found: list[str] = []
     for it in iterations:
         name = f"{it.task_id} ({it.scenario.name})"
-        found += [f"{name}: {line}" for line in _kill_problems(it)]
+        found += [f"{name}: {line}" for line in kill_problems(it)]
         row = rows[it.task_id]
         if row["state"] != "completed":
             found.append(f"{name}: ended {row['state']} {row['error']}")
@@ -388,7 +430,7 @@ def problems(iterations: list[Iteration]) -> list[str]:
     return found
 
 
-def _kill_problems(it: Iteration) -> list[str]:
+def kill_problems(it: Iteration) -> list[str]:
     """The kill landed where the iteration says: in the effect, between its two records."""
     at = it.at_kill
     found = []

@@ -2,7 +2,8 @@
 
 :class:`MarkedCloud` is :class:`mcptasks.tools.fakes.FakeCloud` (one JSON file at
 ``MCPTASKS_FAKE_CLOUD``, shared by every process, locked per call; it honours idempotency keys:
-a repeated key returns the first result and applies nothing). Its ``charge`` call writes a mark
+a repeated key returns the first result and applies nothing; a fencing token lower than one
+seen for the key is refused). Its ``charge`` call writes a mark
 just before the downstream call ("about to call") and just after it ("called", saying whether
 this call applied the key or got the first result back), and can hold there the first time it
 reaches a mark, so a test can SIGKILL the process at exactly that point.
@@ -40,7 +41,7 @@ class MarkedCloud(FakeCloud):
         if self.mark(key, BEFORE) == 0 and hold == "before":
             time.sleep(hold_s)
         fresh = {"charge_id": uuid.uuid4().hex, "pid": os.getpid()}
-        result = self._apply(KIND, key, fresh)
+        result = self._apply(KIND, key, fresh, self._fence(key))
         if self.mark(key, AFTER, applied=result == fresh) == 0 and hold == "after":
             time.sleep(hold_s)
         return result

@@ -121,6 +121,40 @@ def attempt_problems(
     return []
 
 
+def dropped_effects(task_ids: list[str]) -> list[str]:
+    """Effects left ``intended`` on a task that ended, or ``unknown`` with no ``effect.unknown``
+    audited: outcomes nobody will ever decide (issue 20). Empty: none dropped."""
+    from audit.models import AuditEvent
+    from mcptasks.models import TERMINAL_STATES, Effect, EffectState
+
+    found = [
+        f"{task_id}: effect {step} left intended on a {state} task"
+        for task_id, step, state in Effect.objects.filter(
+            task_id__in=task_ids, state=EffectState.INTENDED, task__state__in=TERMINAL_STATES
+        ).values_list("task_id", "step", "task__state")
+    ]
+    audited = {
+        (task_id, (data or {}).get("step"))
+        for task_id, data in AuditEvent.objects.filter(
+            task_id__in=task_ids, action="effect.unknown"
+        ).values_list("task_id", "data")
+    }
+    found += [
+        f"{task_id}: effect {step} unknown but never audited as such"
+        for task_id, step in Effect.objects.filter(
+            task_id__in=task_ids, state=EffectState.UNKNOWN
+        ).values_list("task_id", "step")
+        if (task_id, step) not in audited
+    ]
+    return found
+
+
+def unknown_effects(task_ids: list[str]) -> int:
+    from mcptasks.models import Effect, EffectState
+
+    return Effect.objects.filter(task_id__in=task_ids, state=EffectState.UNKNOWN).count()
+
+
 def outcome_problems(task_ids: list[str], conn: Any, *, steps: int, sleeps: bool) -> list[str]:
     """Every completed ``fault_steps`` task kept each step's recorded outcome.
 

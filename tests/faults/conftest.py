@@ -26,6 +26,8 @@ CHANNEL_DB = 14
 def fault_settings(settings: Any) -> Any:
     settings.MCPTASKS_LEASE_S = harness.LEASE_S
     settings.MCPTASKS_SWEEP_INTERVAL_S = harness.SWEEP_S
+    # "not applied" waits for the dead attempt's lease plus this margin (decided in this process).
+    settings.MCPTASKS_RECONCILE_MARGIN_S = harness.RECONCILE_MARGIN_S
     # The load tests start hundreds of tasks for one principal at once.
     settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL = 100_000
     settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT = 100_000

@@ -29,6 +29,7 @@ LEASE_S = 3
 SWEEP_S = 0.5
 # The bound: a task whose worker died ends terminal within lease + sweep + 10 s.
 SETTLE_S = LEASE_S + SWEEP_S + 10
+RECONCILE_MARGIN_S = 1
 WORKER_APP_PREFIX = "fault-worker-"
 STALE_WARNING = "fenced off a write from a stale attempt"
 TOOL = "fault_steps"

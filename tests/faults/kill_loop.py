@@ -1,6 +1,8 @@
 """One iteration of the kill -9 fault, shared by tests/faults/test_kill.py and
 scripts/fault_kill_loop.py: start a multi-step task, kill -9 the worker running it at a random
-moment, and measure how long the task takes to end after the kill."""
+moment, and measure how long the task takes to end after the kill. A share of the iterations
+(``cancel_share``) also cancels the task right after the kill, as a client giving up would: it
+must end ``cancelled``, and an effect the kill left open must go to reconciliation (issue 20)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ WORKER_KILL_SHARE = 0.3
 class KillRecord:
     task_id: str
     mode: str  # "child": the pool process running the task; "worker": master and pool
+    cancelled: bool  # tasks/cancel sent right after the kill
     delay_s: float  # after the task first ran
     state_at_kill: str  # what the task row said at the kill (running, or about to suspend)
     settle_s: float  # kill → terminal
@@ -36,8 +39,13 @@ class KillRecord:
     timeline: list[str]  # the task's audit events, seconds from the kill
 
 
-def run_iteration(cluster: Cluster, tasks: FaultTasks, rng: random.Random) -> KillRecord | None:
-    """Kill the worker of one new task at a random moment; None if the task finished first."""
+def run_iteration(
+    cluster: Cluster, tasks: FaultTasks, rng: random.Random, cancel_share: float = 0.0
+) -> KillRecord | None:
+    """Kill the worker of one new task at a random moment (and cancel it, ``cancel_share`` of
+    the time); None if the task finished first."""
+    from audit.record import Actor
+    from mcptasks import lifecycle
     from mcptasks.models import Task
 
     task_id = tasks.create(**TOOL_ARGUMENTS)
@@ -71,6 +79,12 @@ def run_iteration(cluster: Cluster, tasks: FaultTasks, rng: random.Random) -> Ki
         worker.signal_all(signal.SIGKILL)
     killed_at = time.monotonic()
     killed_wall = time.time()
+    cancelled = rng.random() < cancel_share
+    if cancelled:
+        owner = Task.objects.select_related("principal").get(pk=task_id).principal
+        lifecycle.task_request_cancel(
+            task_id=task_id, actor=Actor.for_user(owner, kind="principal"), reason="gave up"
+        )
     try:
         wait_for(
             lambda: checks.all_terminal([task_id]),
@@ -99,6 +113,7 @@ def run_iteration(cluster: Cluster, tasks: FaultTasks, rng: random.Random) -> Ki
     return KillRecord(
         task_id=task_id,
         mode=mode,
+        cancelled=cancelled,
         delay_s=delay,
         state_at_kill=state,
         settle_s=settle,
@@ -119,10 +134,25 @@ def count_calls(conn: Any, records: list[KillRecord]) -> None:
         )
 
 
+def problems(records: list[KillRecord], conn: Any) -> list[str]:
+    """What the iterations broke: a completed task lost a step outcome, a cancelled one did not
+    end cancelled, or an effect was left open (dropped) on a task that ended."""
+    kept = [r.task_id for r in records if not r.cancelled]
+    found = checks.outcome_problems(kept, conn, steps=STEPS, sleeps=True)
+    states = checks.states([r.task_id for r in records if r.cancelled])
+    found += [
+        f"{task_id}: cancelled after its kill, ended {state}"
+        for task_id, state in states.items()
+        if state != "cancelled"
+    ]
+    return found + checks.dropped_effects([r.task_id for r in records])
+
+
 def summary(records: list[KillRecord], missed: int, stale: int, wall_s: float) -> str:
     steps = STEPS
     modes = {m: sum(1 for r in records if r.mode == m) for m in ("child", "worker")}
-    reruns = sum(r.downstream_calls - steps for r in records)
+    finished = [r for r in records if not r.cancelled]
+    reruns = sum(r.downstream_calls - steps for r in finished)
     hit = sum(1 for r in records if r.requeues)
     attempts: dict[int, int] = {}
     for r in records:
@@ -131,10 +161,12 @@ def summary(records: list[KillRecord], missed: int, stale: int, wall_s: float) -
         [
             f"kills: {len(records)} ({modes['child']} pool child, {modes['worker']} whole worker); "
             f"{missed} tasks finished before their kill moment",
+            f"cancelled right after the kill: {len(records) - len(finished)}; their effects "
+            f"sent to reconciliation: {checks.unknown_effects([r.task_id for r in records])}",
             f"kills that cost a running attempt (lease reaped): {hit}",
             f"kill -> terminal: {checks.figures([r.settle_s for r in records])} "
             f"(bound {SETTLE_S:.1f} s)",
-            f"claims per task: {dict(sorted(attempts.items()))} (5 without a kill)",
+            f"claims per task: {dict(sorted(attempts.items()))} (5 without a kill or cancel)",
             f"downstream calls beyond one per step (idempotent re-runs): {reruns}",
             f"stale-attempt writes refused (log lines): {stale}",
             f"wall time: {wall_s:.1f} s",

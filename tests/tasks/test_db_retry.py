@@ -1,0 +1,105 @@
+"""Transient database failures (issue 20, point 6), on PostgreSQL: a backend terminated in the
+middle of a request. Reads (and cancel) are retried on a fresh connection and answer normally;
+a write that may have committed is not repeated and says its outcome is unknown."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from django.db import OperationalError, connection
+
+from mcptasks import access, db_retry
+from mcptasks.models import Task
+from tests.faults import downstream
+from tests.protocol.conftest import McpClient
+
+pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
+
+
+def _terminate_own_backend() -> None:
+    """Terminate the PostgreSQL backend of this thread's connection, from another session."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    with psycopg.connect(downstream.conninfo(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+
+
+@pytest.fixture
+def terminate_once(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Any, str], list[int]]]:
+    """``terminate_once(module, name)``: the first call of ``module.name`` terminates the
+    backend its request is using, then proceeds (and fails on the dead connection)."""
+
+    def install(module: Any, name: str) -> list[int]:
+        original = getattr(module, name)
+        calls: list[int] = []
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            if len(calls) == 1:
+                _terminate_own_backend()
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+        return calls
+
+    yield install
+
+
+def test_a_read_is_retried_on_a_fresh_connection() -> None:
+    calls = []
+
+    def read() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            _terminate_own_backend()
+        return Task.objects.count()
+
+    assert db_retry.run(read, safe=True, what="a read") == 0
+    assert len(calls) == 2
+
+
+def test_an_unsafe_call_is_not_repeated() -> None:
+    calls = []
+
+    def write() -> int:
+        calls.append(1)
+        _terminate_own_backend()
+        return Task.objects.count()
+
+    with pytest.raises(OperationalError):
+        db_retry.run(write, safe=False, what="a write")
+    assert len(calls) == 1
+    assert Task.objects.count() == 0  # the next query has a fresh connection
+
+
+def test_tasks_get_survives_a_terminated_backend(
+    mcp: McpClient, make_task: Callable[..., Task], terminate_once: Any, settings: Any
+) -> None:
+    settings.MCPTASKS_FAST_TASKS_GET = False  # the general path, in a pool thread
+    task = make_task()
+    calls = terminate_once(access, "get_visible_task")
+
+    reply = mcp.call("tasks/get", {"taskId": task.pk})
+
+    assert reply.status == 200, reply.body
+    assert reply.result["taskId"] == task.pk
+    assert len(calls) == 2
+
+
+def test_tasks_update_hit_by_a_terminated_backend_says_its_outcome_is_unknown(
+    mcp: McpClient, make_task: Callable[..., Task], terminate_once: Any
+) -> None:
+    task = make_task()
+    calls = terminate_once(access, "answerable_requests")
+
+    reply = mcp.call("tasks/update", {"taskId": task.pk, "inputResponses": {"q": {}}})
+
+    assert reply.status == 200, reply.body
+    assert reply.error["code"] == -32603
+    assert reply.error["data"] == {"outcome": "unknown", "retrySafe": False}
+    assert "unknown" in reply.error["message"]
+    assert len(calls) == 1  # not repeated
