@@ -38,6 +38,7 @@ from mcptasks.models import (
     TaskState,
     TaskStep,
 )
+from mcptasks.progress import Progress
 from mcptasks.tools.context import (
     ELICIT,
     ROOTS,
@@ -59,7 +60,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MISSING_CAPABILITY = -32021
-REPORT_INTERVAL_S = 1.0
 
 
 def worker_name() -> str:
@@ -97,7 +97,7 @@ class TaskContext(ToolContext):
         self.inputs = {r.key: r for r in InputRequest.objects.filter(task_id=task.pk)}
         self.effects = {e.step: e for e in Effect.objects.filter(task_id=task.pk)}
         self.counters: dict[str, int] = {}
-        self.last_report = 0.0
+        self.progress = Progress(task.pk, task.attempt)
         # A rule the tool broke (divergence, key reuse): raised again by every later ctx call
         # and at the end of the run, so a tool's ``except Exception`` cannot hide it.
         self.broken: ToolDefinitionError | None = None
@@ -167,11 +167,8 @@ class TaskContext(ToolContext):
     # ------------------------------------------------------------ the API
     def report(self, message: str) -> None:
         self._safe_point()
-        now = time.monotonic()
-        if now - self.last_report < REPORT_INTERVAL_S:
-            return
-        self.last_report = now
-        lifecycle.task_report(task_id=self.task.pk, attempt=self.attempt, message=str(message))
+        replaying = len(self.sequence) < len(self.recorded_log)
+        self.progress.report(str(message), replaying=replaying)
 
     def now(self) -> datetime:
         value = self._recorded(self._auto_key("now"), "now", lambda: timezone.now().isoformat())
@@ -303,7 +300,12 @@ class TaskContext(ToolContext):
         assert wake_at is not None
         if timezone.now() >= wake_at:
             return
-        lifecycle.task_sleep(task_id=self.task.pk, attempt=self.attempt, wake_at=wake_at)
+        lifecycle.task_sleep(
+            task_id=self.task.pk,
+            attempt=self.attempt,
+            wake_at=wake_at,
+            message=self.progress.take_pending(),
+        )
         raise Suspend()
 
     def wait_until(
@@ -331,6 +333,7 @@ class TaskContext(ToolContext):
             task_id=self.task.pk,
             attempt=self.attempt,
             wake_at=timezone.now() + timedelta(seconds=every),
+            message=self.progress.take_pending(),
         )
         raise Suspend()
 
@@ -433,6 +436,7 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
     context = TaskContext(task, tool_def)
     with (
         LeaseKeeper(task.pk, task.attempt),
+        context.progress,
         structlog.contextvars.bound_contextvars(
             task_id=task.pk, tenant=task.tenant.slug, attempt=task.attempt
         ),

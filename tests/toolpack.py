@@ -563,3 +563,25 @@ def asks_for_a_password(ctx: ToolContext) -> str:
         "login", "Log in", {"type": "object", "properties": {"password": {"type": "string"}}}
     )
     return answer.action
+
+
+# ---------------------------------------------------------------- issue 22: fair share, progress
+@tool(policy="task")
+def report_stages(
+    ctx: ToolContext, durations: list[float], sleep_after: list[int] | None = None
+) -> dict[str, Any]:
+    """Report ``stage n/N`` for each duration, then work (no ctx call) that long; after the
+    stages listed in ``sleep_after`` sleep durably for a second (the next run replays).
+
+    Returns when each stage was first reported (``ctx.now()``: replays return the recorded
+    time), so a test can tell how old the message it saw was."""
+    import time as time_module
+
+    reported = []
+    for number, seconds in enumerate(durations, start=1):
+        ctx.report(f"stage {number}/{len(durations)}")
+        reported.append(ctx.now().timestamp())
+        time_module.sleep(seconds)
+        if number in (sleep_after or []):
+            ctx.sleep(f"after-{number}", 1.0)
+    return {"reported": reported}
