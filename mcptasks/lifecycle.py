@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from audit.record import Actor, record
-from mcptasks import events, metrics
+from mcptasks import events, fairshare, metrics
 from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -97,6 +97,10 @@ class StaleAttempt(InvalidTransition):
     def __init__(self, task_id: str, verb: str, state: str, attempt: int, current: int) -> None:
         super().__init__(task_id, verb, state)
         self.args = (f"stale attempt {attempt} (current {current}) may not {verb} task {task_id}",)
+
+
+class AtCapacity(LifecycleError):
+    """A claim refused because the task's tenant or principal runs its cap (fairshare.py)."""
 
 
 class InputNotPending(LifecycleError):
@@ -383,6 +387,8 @@ def _check_active_limits(spec: NewTask) -> Tenant:
 def task_claim(*, task_id: str, worker: str) -> Task:
     """Take a queued task for one attempt: lease, attempt + 1 (the new fencing token)."""
     with transaction.atomic():
+        if refusal := fairshare.claim_refusal(task_id):
+            raise AtCapacity(f"task {task_id} waits for room: {refusal}")
         task = _apply(
             task_id,
             verb="claim",

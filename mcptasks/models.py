@@ -26,6 +26,18 @@ class Tenant(models.Model):
     slug = models.SlugField(unique=True, max_length=64)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+    # Fair share (mcptasks/fairshare.py): caps on this tenant's *running* tasks; empty = the
+    # MCPTASKS_MAX_RUNNING_TASKS_PER_* setting, 0 = no cap.
+    max_running_tasks = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Running tasks of this tenant at once (empty: the server's setting; 0: no cap)",
+    )
+    max_running_tasks_per_principal = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Running tasks of one principal of this tenant at once (empty: the setting)",
+    )
 
     def __str__(self) -> str:
         return self.slug
@@ -344,3 +356,16 @@ class Effect(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "step"], name="effect_unique_step")]
         indexes = [models.Index(fields=["tenant", "state"], name="effect_tenant_state")]
+
+
+class Heartbeat(models.Model):
+    """The last sign of life of a process or a periodic job, kept in the database (the truth
+    when the broker is down): ``worker:<hostname>`` rows of Celery workers, ``sweep`` of the
+    last sweep run (mcptasks/keeper.py)."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    seen_at = models.DateTimeField()
+    data = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return self.name

@@ -585,3 +585,13 @@ def report_stages(
         if number in (sleep_after or []):
             ctx.sleep(f"after-{number}", 1.0)
     return {"reported": reported}
+
+
+@tool(policy="task")
+def hold_worker(ctx: ToolContext, seconds: float = 3.0) -> str:
+    """Hold a worker slot for ``seconds`` of work (no durable sleep: the slot stays taken)."""
+    import time as time_module
+
+    ctx.report("working")
+    time_module.sleep(seconds)
+    return "held"
