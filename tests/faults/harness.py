@@ -236,6 +236,10 @@ class Cluster:
                 "PYTHONPATH": str(REPO),
                 "PYTHONUNBUFFERED": "1",
                 "LOG_LEVEL": "INFO",
+                # The fault tests drive many tasks of one principal through few slots; the caps
+                # are tested through a tenant's own field (tests/faults/test_fair_share.py).
+                "MCPTASKS_MAX_RUNNING_TASKS_PER_TENANT": "0",
+                "MCPTASKS_MAX_RUNNING_TASKS_PER_PRINCIPAL": "0",
                 **self.extra_env,
             }
         )
