@@ -29,6 +29,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("tasks/<str:task_id>/inputs/<str:key>/", views.answer_input, name="answer"),
     path("tasks/<str:task_id>/cancel", views.cancel_task, name="cancel"),
     path("tasks/<str:task_id>/force-cancel", views.force_cancel_task, name="force_cancel"),
+    path("tasks/<str:task_id>/retry", views.retry_task, name="retry"),
     path("tasks/<str:task_id>/delegations", views.grant_delegation, name="grant"),
     path("tasks/<str:task_id>/delegations/revoke", views.revoke_delegation, name="revoke"),
     path("effects/<int:effect_id>/reconcile", views.reconcile_effect, name="reconcile"),

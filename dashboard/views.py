@@ -299,6 +299,20 @@ def force_cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
     return redirect(_detail_url(task.pk, "timeline"))
 
 
+@page
+@require_POST
+def retry_task(request: HttpRequest, task_id: str) -> HttpResponse:
+    task, refusal = _task_for(request, task_id, access.Action.RETRY)
+    if refusal is not None:
+        return refusal
+    try:
+        retry = lifecycle.task_retry(task_id=task.pk, actor=actor_for(request.user, task))
+    except lifecycle.LifecycleError as exc:
+        return _refused(request, exc, task.pk)
+    messages.success(request, f"Retrying from step {(task.failure or {}).get('step') or '1'}.")
+    return redirect(_detail_url(retry.pk, "timeline"))
+
+
 # ---------------------------------------------------------------- reconcile
 @page
 def reconcile_effect(request: HttpRequest, effect_id: int) -> HttpResponse:

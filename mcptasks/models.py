@@ -226,6 +226,14 @@ class Task(models.Model):
     creation_key = models.CharField(max_length=128, null=True, blank=True)
     # The step keys of the first run, in order: a replay that diverges fails the task.
     step_log = models.JSONField(default=list)
+    # Failures that explain themselves (mcptasks/failures.py): the id in every log line of the
+    # task (web and worker), what a failed run raised and in which step, and the task a retry
+    # started from.
+    correlation_id = models.CharField(max_length=64, blank=True, default="")
+    failure = models.JSONField(null=True, blank=True)
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
 
     class Meta:
         indexes = [

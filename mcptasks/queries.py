@@ -317,6 +317,8 @@ class TaskDetail:
     may_reconcile: bool
     may_grant: bool
     candidates: list[Any]
+    failure: Any = None
+    may_retry: bool = False
 
     @property
     def pending_inputs(self) -> list[InputView]:
@@ -401,6 +403,10 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
         may_reconcile=bool(access.can(user, access.Action.RECONCILE, task)),
         may_grant=may_grant,
         candidates=list(access.delegation_candidates(task)) if may_grant else [],
+        failure=shown(task.failure, sensitive),
+        may_retry=bool(task.failure)
+        and task.state == TaskState.FAILED
+        and bool(access.can(user, access.Action.RETRY, task)),
     )
 
 

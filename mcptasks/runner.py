@@ -26,7 +26,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.record import Actor
-from mcptasks import lifecycle
+from mcptasks import failures, lifecycle
 from mcptasks.lifecycle import InputSpec, error_object
 from mcptasks.models import (
     Audience,
@@ -438,7 +438,10 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
         LeaseKeeper(task.pk, task.attempt),
         context.progress,
         structlog.contextvars.bound_contextvars(
-            task_id=task.pk, tenant=task.tenant.slug, attempt=task.attempt
+            task_id=task.pk,
+            tenant=task.tenant.slug,
+            attempt=task.attempt,
+            correlation_id=task.correlation_id,
         ),
     ):
         return _execute(task, tool_def, context)
@@ -502,9 +505,13 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
         # runs out and the reaper requeues the task (counted against MCPTASKS_MAX_ATTEMPTS).
         log.warning("attempt abandoned: database error", exc_info=True, extra={"task_id": task.pk})
         return None
-    except Exception:
+    except Exception as exc:
         log.exception("tool raised", extra={"task_id": task.pk, "tool": task.tool_name})
-        return _fail(task, f"Tool {task.tool_name!r} failed with an internal error")
+        return _fail(
+            task,
+            f"Tool {task.tool_name!r} failed with an internal error",
+            failure=failures.diagnose(task, context.sequence, exc),
+        )
     try:
         result = to_call_tool_result(value, tool_def)
     except (TypeError, ValueError, jsonschema.ValidationError) as exc:
@@ -527,7 +534,11 @@ def _complete(task: Task, result: dict[str, Any]) -> str | None:
 
 
 def _fail(
-    task: Task, message: str, code: int = lifecycle.INTERNAL_ERROR, data: Any = None
+    task: Task,
+    message: str,
+    code: int = lifecycle.INTERNAL_ERROR,
+    data: Any = None,
+    failure: dict[str, Any] | None = None,
 ) -> str | None:
     try:
         return lifecycle.task_fail(
@@ -535,6 +546,7 @@ def _fail(
             attempt=task.attempt,
             actor=Actor.system("worker"),
             error=error_object(message, code=code, data=data),
+            failure=failure,
         ).state
     except lifecycle.LifecycleError:
         return _state_of(task.pk)

@@ -595,3 +595,19 @@ def hold_worker(ctx: ToolContext, seconds: float = 3.0) -> str:
     ctx.report("working")
     time_module.sleep(seconds)
     return "held"
+
+
+@tool(policy="task")
+def charge_then_ship(ctx: ToolContext, order: str = "o-1") -> dict[str, Any]:
+    """Charge (a non-idempotent effect), then ship (idempotent), whose downstream raises
+    ``ValueError`` while ``FLAGS["ship_fails"]`` is set."""
+
+    def ship(key: str) -> dict[str, Any]:
+        EFFECT_CALLS["ship"] += 1
+        if FLAGS.get("ship_fails"):
+            raise ValueError(f"warehouse rejected order {order}")
+        return {"shipped": order}
+
+    charged = ctx.effect("charge", _downstream("charge"))
+    shipped = ctx.effect("ship", ship, idempotent=True)
+    return {"charged": charged, "shipped": shipped}

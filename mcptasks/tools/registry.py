@@ -46,6 +46,9 @@ class ToolDef:
     on_build_change: Literal["continue", "fail"] = "continue"
     # Client-audience questions go to operators when the client cannot elicit.
     operator_fallback: bool = False
+    # An operator may retry a task of this tool that failed with an exception (a new task that
+    # replays the failed one's recorded steps and applied effects: mcptasks/failures.py).
+    retryable: bool = True
     pack: str = ""
 
     @property
