@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -172,6 +173,7 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
         "force_form": forms.ForceCancelForm(),
         "reconcile_form": forms.ReconcileForm(),
         "delegation_form": forms.DelegationForm(detail.candidates),
+        "max_attempts": settings.MCPTASKS_MAX_ATTEMPTS,
     }
     if request.GET.get("fragment") == "live":
         return render_fragment(request, "dashboard/_task_live.html", context)

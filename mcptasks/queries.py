@@ -25,6 +25,7 @@ from django.utils.dateparse import parse_datetime
 from audit.models import AuditEvent
 from audit.redact import redact, redact_text
 from mcptasks import access
+from mcptasks import timeline as task_timeline
 from mcptasks.models import (
     Effect,
     InputRequest,
@@ -380,7 +381,7 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
         ]
     )
     truncated = len(events) > TIMELINE_LIMIT
-    timeline = list(reversed(events[:TIMELINE_LIMIT]))
+    timeline = task_timeline.fold(list(reversed(events[:TIMELINE_LIMIT])))
     terminal = task.state in {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED}
     may_grant = bool(access.can(user, access.Action.GRANT, task))
     return TaskDetail(
