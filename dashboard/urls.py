@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path
 
-from dashboard import audit_views, views
+from dashboard import audit_views, operations_views, views
 from dashboard.pages import with_csp
 
 app_name = "dashboard"
@@ -30,6 +30,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("tasks/<str:task_id>/cancel", views.cancel_task, name="cancel"),
     path("tasks/<str:task_id>/force-cancel", views.force_cancel_task, name="force_cancel"),
     path("tasks/<str:task_id>/retry", views.retry_task, name="retry"),
+    path("operations", operations_views.operations_page, name="operations"),
     path("tasks/<str:task_id>/delegations", views.grant_delegation, name="grant"),
     path("tasks/<str:task_id>/delegations/revoke", views.revoke_delegation, name="revoke"),
     path("effects/<int:effect_id>/reconcile", views.reconcile_effect, name="reconcile"),
