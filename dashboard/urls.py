@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path, register_converter
 from django.urls.converters import StringConverter
 
-from dashboard import audit_views, bulk, views
+from dashboard import audit_views, bulk, operations_views, views
 from dashboard.pages import with_csp
 
 
@@ -43,6 +43,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("tasks/<segment:task_id>/inputs/<segment:key>/", views.answer_input, name="answer"),
     path("tasks/<segment:task_id>/cancel", views.cancel_task, name="cancel"),
     path("tasks/<segment:task_id>/force-cancel", views.force_cancel_task, name="force_cancel"),
+    path("tasks/<segment:task_id>/retry", views.retry_task, name="retry"),
+    path("operations", operations_views.operations_page, name="operations"),
     path("tasks/<segment:task_id>/delegations", views.grant_delegation, name="grant"),
     path("tasks/<segment:task_id>/delegations/revoke", views.revoke_delegation, name="revoke"),
     path("effects/<int:effect_id>/reconcile", views.reconcile_effect, name="reconcile"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -201,6 +202,7 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
         "force_form": forms.ForceCancelForm(),
         "reconcile_form": forms.ReconcileForm(),
         "delegation_form": forms.DelegationForm(detail.candidates),
+        "max_attempts": settings.MCPTASKS_MAX_ATTEMPTS,
     }
     if request.GET.get("fragment") == "live":
         return render_fragment(request, "dashboard/_task_live.html", context)
@@ -326,6 +328,20 @@ def force_cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
         return _refused(request, exc, task.pk)
     messages.success(request, "Force-cancelled.")
     return redirect(_detail_url(task.pk, "timeline"))
+
+
+@page
+@require_POST
+def retry_task(request: HttpRequest, task_id: str) -> HttpResponse:
+    task, refusal = _task_for(request, task_id, access.Action.RETRY)
+    if refusal is not None:
+        return refusal
+    try:
+        retry = lifecycle.task_retry(task_id=task.pk, actor=actor_for(request.user, task))
+    except lifecycle.LifecycleError as exc:
+        return _refused(request, exc, task.pk)
+    messages.success(request, f"Retrying from step {(task.failure or {}).get('step') or '1'}.")
+    return redirect(_detail_url(retry.pk, "timeline"))
 
 
 # ---------------------------------------------------------------- reconcile

@@ -35,6 +35,7 @@ class Action(StrEnum):
     FORCE_CANCEL = "force_cancel"
     RECONCILE = "reconcile"
     GRANT = "grant"
+    RETRY = "retry"  # an operator's: re-run a failed task from its failed step (failures.py)
 
 
 # Delegations an operator may grant on one task (guardian codenames).

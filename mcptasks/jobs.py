@@ -7,18 +7,32 @@ import logging
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_ready
 
 from mcptasks import lifecycle, sweeps
 
 log = logging.getLogger(__name__)
 
 
+@worker_ready.connect
+def start_keeper(sender: Any = None, **_: Any) -> None:
+    """The worker's keeper thread: heartbeat, and the sweeps when beat's are late."""
+    from mcptasks import keeper
+
+    pool = getattr(sender, "pool", None)
+    keeper.start(
+        worker=getattr(sender, "hostname", None),
+        concurrency=int(getattr(pool, "num_processes", 0) or 0),
+    )
+
+
 @shared_task(name="mcptasks.run_task")
 def run_task(task_id: str) -> None:
-    """Run or resume a task (returns quietly if it is gone, taken or terminal)."""
-    from mcptasks import runner
+    """Run or resume a task (returns quietly if it is gone, taken, terminal or capped)."""
+    from mcptasks import fairshare, runner
 
-    runner.run_task(task_id)
+    if runner.run_task(task_id) is not None:
+        fairshare.dispatch_ready(task_id)
 
 
 @shared_task(name="mcptasks.wake_task")

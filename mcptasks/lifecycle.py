@@ -32,7 +32,7 @@ from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
 from audit.record import Actor, record
-from mcptasks import events, metrics, search
+from mcptasks import events, failures, fairshare, metrics, search
 from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -106,6 +106,14 @@ class StaleAttempt(InvalidTransition):
     def __init__(self, task_id: str, verb: str, state: str, attempt: int, current: int) -> None:
         super().__init__(task_id, verb, state)
         self.args = (f"stale attempt {attempt} (current {current}) may not {verb} task {task_id}",)
+
+
+class AtCapacity(LifecycleError):
+    """A claim refused because the task's tenant or principal runs its cap (fairshare.py)."""
+
+
+class NotRetryable(LifecycleError):
+    """A retry refused: the task did not fail with an exception, or its tool forbids it."""
 
 
 class InputNotPending(LifecycleError):
@@ -298,6 +306,7 @@ class NewTask:
     creation_key: str | None = None
     sensitive_keys: frozenset[str] = frozenset()
     answered_inputs: list[AnsweredInput] = field(default_factory=list)
+    correlation_id: str = ""
 
 
 def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
@@ -334,6 +343,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
                 expires_at=now + timedelta(milliseconds=spec.ttl_ms) if spec.ttl_ms else None,
                 client_capabilities=spec.client_capabilities,
                 creation_key=spec.creation_key,
+                correlation_id=spec.correlation_id or failures.new_correlation_id(),
             )
             task.tenant = tenant  # every other field is as inserted: no column has a DB default
             for answered in spec.answered_inputs:
@@ -375,6 +385,14 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
         if winner is None:
             raise
         return winner, False
+    log.info(
+        "task created",
+        extra={
+            "task_id": task.pk,
+            "tool": task.tool_name,
+            "correlation_id": task.correlation_id,
+        },
+    )
     return task, True
 
 
@@ -450,6 +468,8 @@ def _check_active_limits(spec: NewTask) -> Tenant:
 def task_claim(*, task_id: str, worker: str) -> Task:
     """Take a queued task for one attempt: lease, attempt + 1 (the new fencing token)."""
     with transaction.atomic():
+        if refusal := fairshare.claim_refusal(task_id):
+            raise AtCapacity(f"task {task_id} waits for room: {refusal}")
         task = _apply(
             task_id,
             verb="claim",
@@ -669,10 +689,16 @@ def task_complete(*, task_id: str, attempt: int, result: dict[str, Any]) -> Task
 
 
 def task_fail(
-    *, task_id: str, error: dict[str, Any], actor: Actor, attempt: int | None = None
+    *,
+    task_id: str,
+    error: dict[str, Any],
+    actor: Actor,
+    attempt: int | None = None,
+    failure: dict[str, Any] | None = None,
 ) -> Task:
     """Fail a task with a JSON-RPC error object: a running attempt's, or (no attempt) any
-    active task, for sweepers and operators."""
+    active task, for sweepers and operators. ``failure``: the diagnosis (failures.py)."""
+    extra: dict[str, Any] = {"failure": failure} if failure else {}
     with transaction.atomic():
         task = _apply(
             task_id,
@@ -685,12 +711,13 @@ def task_fail(
             lease_owner="",
             lease_expires_at=None,
             wake_at=None,
+            **extra,
         )
         InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
             state=InputState.SUPERSEDED
         )
         _leave_open_effects(task, actor=actor, cause="failed")
-        _audit(task, "task.failed", actor, {"error": error})
+        _audit(task, "task.failed", actor, {"error": error, **extra})
         _changed(task)
     return task
 
@@ -1158,3 +1185,43 @@ def task_note_binding_change(*, task_id: str, attempt: int, changes: dict[str, A
         if first_time:
             task = Task.objects.select_related("tenant").get(pk=task_id)
             _audit(task, "task.binding_changed", Actor.system("worker"), {"changes": changes})
+
+
+def task_retry(*, task_id: str, actor: Actor, reason: str = "") -> Task:
+    """Retry a task that failed with an exception, from its failed step: a new task (a terminal
+    state never changes) with the failed one's recorded steps and applied effects, so applied
+    effects are not repeated (failures.py). Audited on both tasks; returns the new task."""
+    with transaction.atomic():
+        failed = (
+            Task.objects.select_for_update().select_related("tenant").filter(pk=task_id).first()
+        )
+        if failed is None:
+            raise TaskNotFound(task_id)
+        refusal = failures.retry_refusal(failed)
+        if refusal:
+            raise NotRetryable(f"cannot retry task {task_id}: {refusal}")
+        task, _ = task_create(
+            spec=NewTask(
+                tenant_id=failed.tenant_id,
+                principal_id=failed.principal_id,
+                token_id=failed.token_id,
+                tool_name=failed.tool_name,
+                arguments=failed.arguments,
+                policy_revision=failed.policy_revision,
+                ttl_ms=failed.ttl_ms,
+                poll_interval_ms=failed.poll_interval_ms,
+                client_capabilities=failed.client_capabilities,
+                correlation_id=failed.correlation_id,
+            ),
+            actor=actor,
+        )
+        failures.copy_progress(failed, task)
+        step = (failed.failure or {}).get("step", "")
+        _audit(failed, "task.retried", actor, {"retry_task_id": task.pk, "reason": reason})
+        _audit(
+            task,
+            "task.retry_of",
+            actor,
+            {"retry_of": failed.pk, "from_step": step, "reason": reason},
+        )
+    return Task.objects.select_related("tenant").get(pk=task.pk)

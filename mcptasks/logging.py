@@ -27,6 +27,9 @@ def _request_context(logger: Any, method: str, event: Any) -> Any:
     request_id = current_request_id.get()
     if request_id:
         event.setdefault("request_id", request_id)
+        # A task's correlation id is the id of the request that created it (failures.py);
+        # workers bind the task's own.
+        event.setdefault("correlation_id", request_id)
     return event
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import Count
+from django.utils import timezone
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -71,6 +72,7 @@ class DatabaseCollector(Collector):
             "Effects whose outcome is unknown",
             value=Effect.objects.filter(state=EffectState.UNKNOWN).count(),
         )
+        yield from _operations()
         loop_tasks = _event_loop_tasks()
         if loop_tasks is not None:
             yield GaugeMetricFamily(
@@ -78,6 +80,53 @@ class DatabaseCollector(Collector):
                 "asyncio tasks on this process's server loop",
                 value=loop_tasks,
             )
+
+
+def _operations() -> Iterator[GaugeMetricFamily]:
+    """The operations page's figures (mcptasks/operations.py), for every tenant."""
+    from mcptasks import operations
+
+    ops = operations.snapshot()
+    for name, rows in ops.count_tables:
+        family = GaugeMetricFamily(
+            f"mcptasks_tasks_by_{name}",
+            f"Queued and running tasks by {name}",
+            labels=[name, "state"],
+        )
+        for row in rows:
+            family.add_metric([row["name"], "queued"], row["queued"])
+            family.add_metric([row["name"], "running"], row["running"])
+        yield family
+    yield GaugeMetricFamily(
+        "mcptasks_oldest_queued_seconds",
+        "How long the oldest queued task has waited (0: none queued)",
+        value=ops.oldest_queued["age_s"] if ops.oldest_queued else 0.0,
+    )
+    ended = GaugeMetricFamily(
+        "mcptasks_tasks_ended_last_hour", "Tasks that ended in the last hour", labels=["outcome"]
+    )
+    ended.add_metric(["completed"], ops.completed_last_hour)
+    ended.add_metric(["failed"], ops.failed_last_hour)
+    yield ended
+    yield GaugeMetricFamily(
+        "mcptasks_leases_near_expiry",
+        "Running tasks whose lease runs out within a third of MCPTASKS_LEASE_S",
+        value=ops.leases_near_expiry_count,
+    )
+    workers = GaugeMetricFamily(
+        "mcptasks_worker_heartbeat_age_seconds",
+        "Seconds since each worker's last heartbeat",
+        labels=["worker"],
+    )
+    now = timezone.now()
+    for worker in ops.workers:
+        workers.add_metric([worker.name], (now - worker.seen_at).total_seconds())
+    yield workers
+    yield GaugeMetricFamily(
+        "mcptasks_workers_alive",
+        "Workers with a recent heartbeat",
+        value=sum(w.alive for w in ops.workers),
+    )
 
 
 def _event_loop_tasks() -> int | None:

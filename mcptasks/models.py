@@ -28,6 +28,18 @@ class Tenant(models.Model):
     slug = models.SlugField(unique=True, max_length=64)
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+    # Fair share (mcptasks/fairshare.py): caps on this tenant's *running* tasks; empty = the
+    # MCPTASKS_MAX_RUNNING_TASKS_PER_* setting, 0 = no cap.
+    max_running_tasks = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Running tasks of this tenant at once (empty: the server's setting; 0: no cap)",
+    )
+    max_running_tasks_per_principal = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Running tasks of one principal of this tenant at once (empty: the setting)",
+    )
 
     def __str__(self) -> str:
         return self.slug
@@ -235,6 +247,14 @@ class Task(models.Model):
     # with a trigram index on PostgreSQL (migration 0004).
     search_summary = models.TextField(blank=True, default="", editable=False)
     search_status = models.TextField(blank=True, default="", editable=False)
+    # Failures that explain themselves (mcptasks/failures.py): the id in every log line of the
+    # task (web and worker), what a failed run raised and in which step, and the task a retry
+    # started from.
+    correlation_id = models.CharField(max_length=64, blank=True, default="")
+    failure = models.JSONField(null=True, blank=True)
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
 
     class Meta:
         indexes = [
@@ -386,3 +406,16 @@ class Effect(models.Model):
         """Is "not applied" still refused (the attempt that left it may be alive)?"""
         after = self.not_applied_from
         return after is not None and after > timezone.now()
+
+
+class Heartbeat(models.Model):
+    """The last sign of life of a process or a periodic job, kept in the database (the truth
+    when the broker is down): ``worker:<hostname>`` rows of Celery workers, ``sweep`` of the
+    last sweep run (mcptasks/keeper.py)."""
+
+    name = models.CharField(max_length=200, primary_key=True)
+    seen_at = models.DateTimeField()
+    data = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return self.name

@@ -24,6 +24,7 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from audit.redact import redact_text
 from mcptasks import access, inputs, limits, wire
+from mcptasks import timeline as task_timeline
 from mcptasks.models import (
     Effect,
     InputRequest,
@@ -428,6 +429,8 @@ class TaskDetail:
     may_reconcile: bool
     may_grant: bool
     candidates: list[Any]
+    failure: Any = None
+    may_retry: bool = False
 
     @property
     def pending_inputs(self) -> list[InputView]:
@@ -487,7 +490,7 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
         ]
     )
     truncated = len(events) > TIMELINE_LIMIT
-    timeline = list(reversed(events[:TIMELINE_LIMIT]))
+    timeline = task_timeline.fold(list(reversed(events[:TIMELINE_LIMIT])))
     terminal = task.state in {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED}
     may_grant = bool(access.can(user, access.Action.GRANT, task))
     return TaskDetail(
@@ -510,6 +513,10 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
         may_reconcile=bool(access.can(user, access.Action.RECONCILE, task)),
         may_grant=may_grant,
         candidates=list(access.delegation_candidates(task)) if may_grant else [],
+        failure=shown(task.failure, sensitive),
+        may_retry=bool(task.failure)
+        and task.state == TaskState.FAILED
+        and bool(access.can(user, access.Action.RETRY, task)),
     )
 
 

@@ -27,7 +27,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.record import Actor
-from mcptasks import lifecycle
+from mcptasks import failures, lifecycle
 from mcptasks.interrupt import async_raise
 from mcptasks.lifecycle import InputSpec, error_object
 from mcptasks.models import (
@@ -40,6 +40,7 @@ from mcptasks.models import (
     TaskState,
     TaskStep,
 )
+from mcptasks.progress import Progress
 from mcptasks.tools.context import (
     ELICIT,
     ROOTS,
@@ -63,7 +64,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MISSING_CAPABILITY = -32021
-REPORT_INTERVAL_S = 1.0
 
 
 def worker_name() -> str:
@@ -101,7 +101,7 @@ class TaskContext(ToolContext):
         self.inputs = {r.key: r for r in InputRequest.objects.filter(task_id=task.pk)}
         self.effects = {e.step: e for e in Effect.objects.filter(task_id=task.pk)}
         self.counters: dict[str, int] = {}
-        self.last_report = 0.0
+        self.progress = Progress(task.pk, task.attempt)
         # A rule the tool broke (divergence, key reuse): raised again by every later ctx call
         # and at the end of the run, so a tool's ``except Exception`` cannot hide it.
         self.broken: ToolDefinitionError | None = None
@@ -175,11 +175,8 @@ class TaskContext(ToolContext):
         # A task has no open request to stream progress on: the message is its statusMessage.
         self.check_progress(progress, total)
         self._safe_point()
-        now = time.monotonic()
-        if now - self.last_report < REPORT_INTERVAL_S:
-            return
-        self.last_report = now
-        lifecycle.task_report(task_id=self.task.pk, attempt=self.attempt, message=str(message))
+        replaying = len(self.sequence) < len(self.recorded_log)
+        self.progress.report(str(message), replaying=replaying)
 
     def now(self) -> datetime:
         value = self._recorded(self._auto_key("now"), "now", lambda: timezone.now().isoformat())
@@ -311,7 +308,12 @@ class TaskContext(ToolContext):
         assert wake_at is not None
         if timezone.now() >= wake_at:
             return
-        lifecycle.task_sleep(task_id=self.task.pk, attempt=self.attempt, wake_at=wake_at)
+        lifecycle.task_sleep(
+            task_id=self.task.pk,
+            attempt=self.attempt,
+            wake_at=wake_at,
+            message=self.progress.take_pending(),
+        )
         raise Suspend()
 
     def wait_until(
@@ -361,7 +363,12 @@ class TaskContext(ToolContext):
             raise WaitTimedOut(message)
         if deadline is not None:
             wake_at = min(wake_at, deadline)  # the last check falls on the deadline
-        lifecycle.task_sleep(task_id=self.task.pk, attempt=self.attempt, wake_at=wake_at)
+        lifecycle.task_sleep(
+            task_id=self.task.pk,
+            attempt=self.attempt,
+            wake_at=wake_at,
+            message=self.progress.take_pending(),
+        )
         raise Suspend()
 
 
@@ -527,8 +534,12 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
     try:
         with (
             LeaseKeeper(task.pk, task.attempt, max_run_s(tool_def)),
+            context.progress,
             structlog.contextvars.bound_contextvars(
-                task_id=task.pk, tenant=task.tenant.slug, attempt=task.attempt
+                task_id=task.pk,
+                tenant=task.tenant.slug,
+                attempt=task.attempt,
+                correlation_id=task.correlation_id,
             ),
         ):
             return _execute(task, tool_def, context)
@@ -600,9 +611,13 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
         # runs out and the reaper requeues the task (counted against MCPTASKS_MAX_ATTEMPTS).
         log.warning("attempt abandoned: database error", exc_info=True, extra={"task_id": task.pk})
         return None
-    except Exception:
+    except Exception as exc:
         log.exception("tool raised", extra={"task_id": task.pk, "tool": task.tool_name})
-        return _fail(task, f"Tool {task.tool_name!r} failed with an internal error")
+        return _fail(
+            task,
+            f"Tool {task.tool_name!r} failed with an internal error",
+            failure=failures.diagnose(task, context.sequence, exc),
+        )
     try:
         result = to_call_tool_result(value, tool_def)
     except (TypeError, ValueError, jsonschema.ValidationError) as exc:
@@ -625,7 +640,11 @@ def _complete(task: Task, result: dict[str, Any]) -> str | None:
 
 
 def _fail(
-    task: Task, message: str, code: int = lifecycle.INTERNAL_ERROR, data: Any = None
+    task: Task,
+    message: str,
+    code: int = lifecycle.INTERNAL_ERROR,
+    data: Any = None,
+    failure: dict[str, Any] | None = None,
 ) -> str | None:
     try:
         return lifecycle.task_fail(
@@ -633,6 +652,7 @@ def _fail(
             attempt=task.attempt,
             actor=Actor.system("worker"),
             error=error_object(message, code=code, data=data),
+            failure=failure,
         ).state
     except lifecycle.LifecycleError:
         return _state_of(task.pk)

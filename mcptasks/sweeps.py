@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from mcptasks import events, lifecycle
+from mcptasks import events, fairshare, lifecycle
 from mcptasks.models import (
     TERMINAL_STATES,
     EffectState,
@@ -112,27 +112,26 @@ def _jobs_waiting() -> int:
 
 
 def redeliver_queued(older_than_s: float = 5.0) -> int:
-    """Deliver again queued tasks nobody claimed: the broker may have lost the message.
+    """Deliver again queued tasks nobody claimed: the broker may have lost the message, or a
+    claim left it queued because its tenant ran its cap (fairshare.py).
 
-    As many as the broker is short of, oldest first: while workers drain a backlog, re-sending
-    every waiting task on every sweep would flood the queue with duplicates. And at least the
-    oldest, since the jobs waiting may be sweeps or wake-ups rather than runs of queued tasks.
+    As many as the broker is short of, in fair order (round-robin by tenant, oldest first,
+    none of a tenant at its running cap): while workers drain a backlog, re-sending every
+    waiting task on every sweep would flood the queue with duplicates. And at least one, since
+    the jobs waiting may be sweeps or wake-ups rather than runs of queued tasks.
     """
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
-    queued = Task.objects.filter(state=TaskState.QUEUED)
-    missing = queued.count() - _jobs_waiting()
-    ids = list(
-        queued.filter(updated_at__lt=cutoff)
-        .order_by("updated_at")
-        .values_list("pk", flat=True)[: min(BATCH, max(missing, 1))]
-    )
+    missing = Task.objects.filter(state=TaskState.QUEUED).count() - _jobs_waiting()
+    ids = fairshare.fair_queued_ids(min(BATCH, max(missing, 1)), updated_before=cutoff)
     for task_id in ids:
         events.dispatch_job("run_task", {"task_id": task_id})
     return len(ids)
 
 
 def run_all() -> dict[str, int]:
-    return {
+    from mcptasks import keeper
+
+    done = {
         "reaped": reap_leases(),
         "woken": wake_timers(),
         "expired": expire_tasks(),
@@ -140,3 +139,5 @@ def run_all() -> dict[str, int]:
         "input_timeouts": timeout_inputs(),
         "redelivered": redeliver_queued(),
     }
+    keeper.beat(keeper.SWEEP, **done)  # workers run the sweeps themselves when this is late
+    return done

@@ -88,10 +88,17 @@ def users(cast: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.fixture
-def make_task(cast: dict[str, dict[str, Any]]) -> Callable[..., Any]:
-    """Create a task through lifecycle for a cast member; returns the Task."""
+def make_task(cast: dict[str, dict[str, Any]], settings: Any) -> Callable[..., Any]:
+    """Create a task through lifecycle for a cast member; returns the Task.
+
+    Tests build scenes of many running tasks of one principal by claiming them directly: the
+    fair-share caps on running tasks are off for them (tests/limits/test_fair_share.py sets
+    them, and the worker processes of tests/faults run with the defaults)."""
     from audit.record import Actor
     from mcptasks import lifecycle
+
+    settings.MCPTASKS_MAX_RUNNING_TASKS_PER_TENANT = 0
+    settings.MCPTASKS_MAX_RUNNING_TASKS_PER_PRINCIPAL = 0
 
     def make(
         owner: str = "alice",

@@ -655,3 +655,51 @@ def nap_with_fallback(ctx: ToolContext, seconds: float = 0.1) -> str:
     ctx.report("napping")
     ctx.sleep("nap", seconds)
     return f"napped {seconds}s"
+
+
+# ---------------------------------------------------------------- issue 22: fair share, progress
+@tool(policy="task")
+def report_stages(
+    ctx: ToolContext, durations: list[float], sleep_after: list[int] | None = None
+) -> dict[str, Any]:
+    """Report ``stage n/N`` for each duration, then work (no ctx call) that long; after the
+    stages listed in ``sleep_after`` sleep durably for a second (the next run replays).
+
+    Returns when each stage was first reported (``ctx.now()``: replays return the recorded
+    time), so a test can tell how old the message it saw was."""
+    import time as time_module
+
+    reported = []
+    for number, seconds in enumerate(durations, start=1):
+        ctx.report(f"stage {number}/{len(durations)}")
+        reported.append(ctx.now().timestamp())
+        time_module.sleep(seconds)
+        if number in (sleep_after or []):
+            ctx.sleep(f"after-{number}", 1.0)
+    return {"reported": reported}
+
+
+@tool(policy="task")
+def hold_worker(ctx: ToolContext, seconds: float = 3.0) -> str:
+    """Hold a worker slot for ``seconds`` of work (no durable sleep: the slot stays taken)."""
+    import time as time_module
+
+    ctx.report("working")
+    time_module.sleep(seconds)
+    return "held"
+
+
+@tool(policy="task")
+def charge_then_ship(ctx: ToolContext, order: str = "o-1") -> dict[str, Any]:
+    """Charge (a non-idempotent effect), then ship (idempotent), whose downstream raises
+    ``ValueError`` while ``FLAGS["ship_fails"]`` is set."""
+
+    def ship(key: str) -> dict[str, Any]:
+        EFFECT_CALLS["ship"] += 1
+        if FLAGS.get("ship_fails"):
+            raise ValueError(f"warehouse rejected order {order}")
+        return {"shipped": order}
+
+    charged = ctx.effect("charge", _downstream("charge"))
+    shipped = ctx.effect("ship", ship, idempotent=True)
+    return {"charged": charged, "shipped": shipped}

@@ -59,6 +59,9 @@ class ToolDef:
     # A task tool whose first questions are asked before the task exists (``before_task=True``):
     # only then does any of its code run in the web request (MCPTASKS_PRE_TASK_LIMIT_S).
     asks_before_task: bool = False
+    # An operator may retry a task of this tool that failed with an exception (a new task that
+    # replays the failed one's recorded steps and applied effects: mcptasks/failures.py).
+    retryable: bool = True
     pack: str = ""
 
     @property

@@ -32,6 +32,8 @@ REQUIRED = {
     "task.cancel_requested",
     "task.cancelled",
     "task.force_cancelled",
+    "task.retried",
+    "task.retry_of",
     "effect.unknown",
     "effect.reconciled",
     "task.expired",

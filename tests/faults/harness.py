@@ -237,6 +237,10 @@ class Cluster:
                 "PYTHONPATH": str(REPO),
                 "PYTHONUNBUFFERED": "1",
                 "LOG_LEVEL": "INFO",
+                # The fault tests drive many tasks of one principal through few slots; the caps
+                # are tested through a tenant's own field (tests/faults/test_fair_share.py).
+                "MCPTASKS_MAX_RUNNING_TASKS_PER_TENANT": "0",
+                "MCPTASKS_MAX_RUNNING_TASKS_PER_PRINCIPAL": "0",
                 **self.extra_env,
             }
         )
@@ -351,14 +355,15 @@ def database_url(settings_dict: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------- tasks
 class FaultTasks:
-    """Creates ``fault_steps`` tasks through lifecycle, as the MCP endpoint would."""
+    """Creates ``fault_steps`` tasks (or ``tool``'s) through lifecycle, as the MCP endpoint
+    would."""
 
-    def __init__(self, cast: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, cast: dict[str, dict[str, Any]], tool: str = TOOL) -> None:
         from mcptasks.tools.registry import registry
 
         self.cast = cast
-        tool_def = registry.get(TOOL)
-        assert tool_def is not None, f"{TOOL} is not loaded (tests.toolpack in the tool packs?)"
+        tool_def = registry.get(tool)
+        assert tool_def is not None, f"{tool} is not loaded (tests.toolpack in the tool packs?)"
         self.tool_def = tool_def
 
     def create(self, owner: str = "alice", **arguments: Any) -> str:
@@ -370,7 +375,7 @@ class FaultTasks:
             spec=lifecycle.NewTask(
                 tenant_id=entry["tenant"].pk,
                 principal_id=entry["user"].pk,
-                tool_name=TOOL,
+                tool_name=self.tool_def.name,
                 arguments=arguments,
                 policy_revision=self.tool_def.policy_revision,
                 ttl_ms=self.tool_def.ttl_ms,

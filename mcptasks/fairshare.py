@@ -1,0 +1,138 @@
+"""Fair share of the workers between tenants and principals (issue 22).
+
+Caps on *running* tasks — per tenant and per principal, from the settings or a tenant's own
+fields (Django admin) — are checked when a worker claims a task, with the tenant's and the
+principal's rows locked so that concurrent claims cannot overshoot. A claim refused for a cap
+changes nothing: the task stays ``queued`` (the row is the truth), the worker slot is free at
+once for the next message, and the task is delivered again when its tenant has room — by the
+worker whose run ended (:func:`dispatch_ready`) or by the redelivery sweep, which picks queued
+tasks round-robin across tenants (:func:`fair_queued_ids`) and skips those at their cap. So a
+flood from one tenant never holds every worker, and queued work never holds one either.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Count, F, Q, Window
+from django.db.models.functions import RowNumber
+
+from mcptasks.models import Task, TaskState, Tenant
+
+
+def caps(tenant: Tenant) -> tuple[int, int]:
+    """``(tenant cap, principal cap)`` on running tasks; 0 means no cap."""
+    tenant_cap = tenant.max_running_tasks
+    principal_cap = tenant.max_running_tasks_per_principal
+    return (
+        settings.MCPTASKS_MAX_RUNNING_TASKS_PER_TENANT if tenant_cap is None else tenant_cap,
+        settings.MCPTASKS_MAX_RUNNING_TASKS_PER_PRINCIPAL
+        if principal_cap is None
+        else principal_cap,
+    )
+
+
+def claim_refusal(task_id: str) -> str | None:
+    """Why a queued task may not be claimed now (a cap is reached), or None.
+
+    Call inside the claim's transaction: it locks the tenant row and the principal's row, so
+    two workers claiming for the same tenant count one after the other. ``FOR NO KEY UPDATE``:
+    creating a task takes ``FOR KEY SHARE`` on both rows (its foreign keys) and must not wait
+    for, or deadlock with, a claim."""
+    row = (
+        Task.objects.filter(pk=task_id, state=TaskState.QUEUED)
+        .values("tenant_id", "principal_id")
+        .first()
+    )
+    if row is None:
+        return None  # the claim itself refuses it
+    tenant = Tenant.objects.select_for_update(no_key=True).get(pk=row["tenant_id"])
+    tenant_cap, principal_cap = caps(tenant)
+    if not tenant_cap and not principal_cap:
+        return None
+    if principal_cap:
+        list(
+            get_user_model()
+            .objects.select_for_update(no_key=True)
+            .filter(pk=row["principal_id"])
+            .values_list("pk", flat=True)
+        )
+    running = Task.objects.filter(state=TaskState.RUNNING).aggregate(
+        tenant=Count("pk", filter=Q(tenant_id=row["tenant_id"])),
+        principal=Count("pk", filter=Q(principal_id=row["principal_id"])),
+    )
+    if tenant_cap and running["tenant"] >= tenant_cap:
+        return f"tenant {tenant.slug} runs {running['tenant']} tasks (cap {tenant_cap})"
+    if principal_cap and running["principal"] >= principal_cap:
+        return f"principal runs {running['principal']} tasks (cap {principal_cap})"
+    return None
+
+
+def fair_queued_ids(limit: int, *, updated_before: object = None) -> list[str]:
+    """Up to ``limit`` queued task ids in a fair order: the oldest of each tenant first, then
+    the second oldest of each, and so on (round-robin by tenant); a tenant contributes no more
+    than the room left under its running cap."""
+    queued = Task.objects.filter(state=TaskState.QUEUED)
+    if updated_before is not None:
+        queued = queued.filter(updated_at__lt=updated_before)
+    ranked = queued.annotate(
+        turn=Window(RowNumber(), partition_by=[F("tenant_id")], order_by=F("updated_at").asc())
+    ).order_by("turn", "updated_at")
+    room = _room_by_tenant()
+    chosen: list[str] = []
+    # Reads at most ``limit`` rows per tenant with room (and skips capped tenants in SQL).
+    full = [tenant_id for tenant_id, left in room.items() if left <= 0]
+    for task_id, tenant_id in ranked.exclude(tenant_id__in=full).values_list("pk", "tenant_id")[
+        : limit * 4
+    ]:
+        left = room.get(tenant_id)
+        if left is not None:
+            if left <= 0:
+                continue
+            room[tenant_id] = left - 1
+        chosen.append(task_id)
+        if len(chosen) >= limit:
+            break
+    return chosen
+
+
+def _room_by_tenant() -> dict[int, int]:
+    """Free running slots of each capped tenant that has queued tasks (uncapped: absent)."""
+    tenants = Tenant.objects.filter(tasks__state=TaskState.QUEUED).distinct()
+    running = dict(
+        Task.objects.filter(state=TaskState.RUNNING)
+        .values_list("tenant_id")
+        .annotate(n=Count("pk"))
+        .values_list("tenant_id", "n")
+    )
+    room = {}
+    for tenant in tenants:
+        tenant_cap, _ = caps(tenant)
+        if tenant_cap:
+            room[tenant.pk] = tenant_cap - running.get(tenant.pk, 0)
+    return room
+
+
+def dispatch_ready(task_id: str) -> None:
+    """After a run of ``task_id`` ended: deliver its tenant's oldest queued task if a cap held
+    it back and there is room now (the sweep would, a sweep interval later)."""
+    from django.db import transaction
+
+    from mcptasks import events
+
+    tenant_id = Task.objects.filter(pk=task_id).values_list("tenant_id", flat=True).first()
+    tenant = Tenant.objects.filter(pk=tenant_id).first() if tenant_id else None
+    if tenant is None or caps(tenant) == (0, 0):
+        return
+    queued = (
+        Task.objects.filter(tenant_id=tenant.pk, state=TaskState.QUEUED)
+        .order_by("updated_at")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if queued is None:
+        return
+    with transaction.atomic():
+        refused = claim_refusal(queued)
+    if refused is None:
+        events.dispatch_job("run_task", {"task_id": queued})
