@@ -56,7 +56,9 @@ def retry_refusal(task: Task) -> str | None:
     unsettled = (
         Effect.objects.filter(task_id=task.pk)
         .exclude(state__in=APPLIED)
-        .exclude(state=EffectState.INTENDED, idempotent=True)
+        # An idempotent effect runs again with the same key whatever its outcome was: intended,
+        # or unknown (every ending verb turns intended effects unknown: lifecycle).
+        .exclude(state__in=(EffectState.INTENDED, EffectState.UNKNOWN), idempotent=True)
     ).values_list("step", flat=True)
     if unsettled:
         return (
