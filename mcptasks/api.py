@@ -189,14 +189,15 @@ class ApiView(APIView):
         return problem_handler
 
     def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        """A transient database error: GETs are retried on a fresh connection (db_retry); a
-        write is not repeated, and answers 503 saying its outcome is unknown."""
+        """A transient database error: GETs, and writes that had sent no writing statement yet
+        (nothing applied), are retried on a fresh connection (db_retry); a write that may have
+        applied is not repeated, and answers 503 saying its outcome is unknown."""
         safe = request.method in ("GET", "HEAD", "OPTIONS")
 
         def once() -> Any:
             self.database_error = None
             response = super(ApiView, self).dispatch(request, *args, **kwargs)
-            if self.database_error is not None and safe:
+            if self.database_error is not None:  # db_retry decides whether to repeat it
                 raise self.database_error
             return response
 

@@ -16,7 +16,7 @@ from django.db import models
 from django.utils import timezone
 from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
 
-from mcptasks import inputs
+from mcptasks import db_retry, inputs
 
 
 def new_task_id() -> str:
@@ -175,9 +175,10 @@ class ApiToken(models.Model):
         if not self.touch_due(now):
             return
         interval = timedelta(seconds=settings.MCPTASKS_TOKEN_LAST_USED_INTERVAL_S)
-        ApiToken.objects.filter(pk=self.pk).filter(
-            models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=now - interval)
-        ).update(last_used_at=now)
+        with db_retry.repeatable():  # a request repeated after a lost connection may touch again
+            ApiToken.objects.filter(pk=self.pk).filter(
+                models.Q(last_used_at__isnull=True) | models.Q(last_used_at__lt=now - interval)
+            ).update(last_used_at=now)
         self.last_used_at = now
 
 

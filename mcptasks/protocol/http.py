@@ -359,7 +359,8 @@ class McpApplication:
             return db_retry.run(
                 lambda: self._serve_once(call, authorization), safe=safe, what=call.method
             )
-        except db_retry.TRANSIENT:
+        except db_retry.TRANSIENT as exc:
+            safe = db_retry.repeat_safe(exc)  # idempotent, or nothing was written
             log.warning("database error on /mcp %s", call.method, exc_info=True)
             raise McpError(
                 INTERNAL_ERROR,
