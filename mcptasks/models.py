@@ -86,6 +86,16 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Who issued it (an admin or operator may issue a token owned by someone else): that person
+    # counts as a requester of the tasks it creates (access.requesters). The owner when nobody
+    # else is named (a command, a user's own token); None for tokens issued before 0004.
+    issued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
 
     DEFAULT_SCOPES = ("mcp",)
 
@@ -101,8 +111,10 @@ class ApiToken(models.Model):
         name: str = "",
         scopes: list[str] | None = None,
         expires_at: datetime | None = None,
+        issued_by: models.Model | None = None,
     ) -> tuple[ApiToken, str]:
-        """Create a token; return it and the plaintext, which is never stored or shown again."""
+        """Create a token; return it and the plaintext, which is never stored or shown again.
+        ``issued_by`` is the person who issued it (default: its owner)."""
         lookup = secrets.token_hex(6)
         secret = secrets.token_urlsafe(32)
         token = cls.objects.create(
@@ -113,6 +125,7 @@ class ApiToken(models.Model):
             tenant=tenant,
             scopes=list(scopes if scopes is not None else cls.DEFAULT_SCOPES),
             expires_at=expires_at,
+            issued_by=issued_by if issued_by is not None else user,
         )
         return token, f"{TOKEN_PREFIX}_{lookup}_{secret}"
 
