@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import forms
+from dashboard.approvals import approval_page
 from dashboard.pages import (
     SESSION_TENANT,
     actor_for,
@@ -29,7 +30,7 @@ from dashboard.pages import (
     tenant_choices,
 )
 from mcptasks import access, lifecycle, queries
-from mcptasks.models import InputRequest, InputState, Task, TaskState
+from mcptasks.models import InputKind, InputRequest, InputState, Task, TaskState
 from mcptasks.tools.context import ELICIT
 from mcptasks.wire import WIRE_STATUS
 
@@ -107,7 +108,7 @@ def _task_filters(request: HttpRequest) -> tuple[forms.TaskFilterForm, queries.T
     form = forms.TaskFilterForm(
         data,
         tenants=[(c.tenant.slug, c.tenant.name) for c in choices],
-        states=list(TaskState.values),
+        states=queries.TASK_LIST_STATES,
         tools=queries.tool_names(),
     )
     if not form.is_valid():
@@ -216,6 +217,8 @@ def answer_input(request: HttpRequest, task_id: str, key: str) -> HttpResponse:
         raise Http404("No such input request")
     task, request_row = found
     context: dict[str, Any] = {"task": task, "input": request_row}
+    if request_row.kind == InputKind.APPROVAL and request_row.state == InputState.PENDING:
+        return approval_page(request, task, request_row)
     if request_row.state != InputState.PENDING:
         return render_page(request, "dashboard/answer.html", {**context, "closed": True})
     decision = access.may_answer(request.user, request_row, task)
@@ -343,7 +346,7 @@ def grant_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
     if not form.is_valid():
         return _action_form_invalid(request, task, form, "Naming someone")
     grantee = User.objects.get(pk=int(form.cleaned_data["grantee"]))
-    allowed = access.may_receive_delegation(grantee, task)
+    allowed = access.may_name(request.user, grantee, task, form.cleaned_data["delegation"])
     if not allowed:
         return denied(request, allowed.reason)
     lifecycle.task_grant_delegation(

@@ -87,8 +87,8 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     # Who issued it (an admin or operator may issue a token owned by someone else): that person
-    # counts as a requester of the tasks it creates (access.requesters). The owner when nobody
-    # else is named (a command, a user's own token); None for tokens issued before 0004.
+    # counts as a requester of the tasks it creates (access.requesters). None: issued by a
+    # command, or before issuers were recorded.
     issued_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -227,6 +227,9 @@ class Task(models.Model):
     creation_key = models.CharField(max_length=128, null=True, blank=True)
     # The step keys of the first run, in order: a replay that diverges fails the task.
     step_log = models.JSONField(default=list)
+    # What a completed task came to beyond its wire status: "rejected" when an approval gate of
+    # it was rejected (the wire still says completed; the dashboard, filters and audit say so).
+    outcome = models.CharField(max_length=16, blank=True, default="")
 
     class Meta:
         indexes = [
@@ -301,6 +304,16 @@ class InputState(models.TextChoices):
     EXPIRED = "expired"
 
 
+class InputKind(models.TextChoices):
+    FORM = "form"  # an elicitation, sampling or roots request: answered once, as sent
+    APPROVAL = "approval"  # an approval gate (ctx.approve): settled by reviewers' decisions
+
+
+class GateOutcome(models.TextChoices):
+    APPROVED = "approved"
+    REJECTED = "rejected"
+
+
 class InputRequest(models.Model):
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="input_requests")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
@@ -318,6 +331,11 @@ class InputRequest(models.Model):
     answered_at = models.DateTimeField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
+    kind = models.CharField(max_length=16, choices=InputKind.choices, default=InputKind.FORM)
+    # An approval gate's summary fields and the policy that applies (required approvals, eligible
+    # roles / reviewer groups / users), resolved when the gate was declared.
+    gate = models.JSONField(default=dict, blank=True)
+    outcome = models.CharField(max_length=16, choices=GateOutcome.choices, blank=True, default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "key"], name="input_unique_key")]
@@ -357,3 +375,50 @@ class Effect(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task", "step"], name="effect_unique_step")]
         indexes = [models.Index(fields=["tenant", "state"], name="effect_tenant_state")]
+
+
+class ReviewerGroup(models.Model):
+    """A tenant's named set of reviewers (e.g. ``release-managers``), named by approval policies;
+    managed by the tenant's admins (access.may_manage_reviewer_groups)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="reviewer_groups")
+    name = models.SlugField(max_length=64)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="reviewer_groups"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="reviewer_group_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.tenant}"
+
+
+class Verdict(models.TextChoices):
+    APPROVE = "approve"
+    REJECT = "reject"
+
+
+class ApprovalDecision(models.Model):
+    """One reviewer's decision on one approval gate: who, when, approve or reject, and why.
+    Written by lifecycle.task_decide_approval only; one per reviewer and gate."""
+
+    request = models.ForeignKey(InputRequest, on_delete=models.CASCADE, related_name="decisions")
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="approval_decisions")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="approval_decisions"
+    )
+    verdict = models.CharField(max_length=8, choices=Verdict.choices)
+    comment = models.TextField(blank=True, default="")
+    via = models.CharField(max_length=16)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["request", "reviewer"], name="decision_once")
+        ]
+        indexes = [models.Index(fields=["task", "created_at"], name="decision_task_created")]

@@ -83,6 +83,11 @@ class Page:
 
 
 # ---------------------------------------------------------------- tasks list
+# The pseudo-state of a completed task whose approval gate was rejected (Task.outcome).
+REJECTED = "rejected"
+TASK_LIST_STATES = [*TaskState.values, REJECTED]
+
+
 @dataclass(frozen=True)
 class TaskFilters:
     """What the tasks list filters on; empty fields do not filter. ``tenant_id`` None means
@@ -98,7 +103,12 @@ class TaskFilters:
 
     def q(self) -> Q:
         condition = Q()
-        if self.state:
+        if self.state == REJECTED:
+            condition &= Q(state=TaskState.COMPLETED, outcome=REJECTED)
+        elif self.state == TaskState.COMPLETED:
+            # A rejected task is listed as rejected, never among the plain completions.
+            condition &= Q(state=TaskState.COMPLETED) & ~Q(outcome=REJECTED)
+        elif self.state:
             condition &= Q(state=self.state)
         if self.tool:
             condition &= Q(tool_name=self.tool)
@@ -491,6 +501,9 @@ AUDIT_ACTIONS = (
     "task.started",
     "task.input_requested",
     "task.input_answered",
+    "approval.approved",
+    "approval.rejected",
+    "approval.gate_opened",
     "task.input_timed_out",
     "task.sleeping",
     "task.woken",

@@ -32,6 +32,7 @@ from mcptasks.models import (
     Audience,
     Effect,
     EffectState,
+    InputKind,
     InputRequest,
     InputState,
     Task,
@@ -233,6 +234,8 @@ class TaskContext(ToolContext):
                     audience=audience,
                     forbid_self_approval=question.forbid_self_approval,
                     deadline_at=timezone.now() + timedelta(seconds=timeout) if timeout else None,
+                    kind=InputKind.APPROVAL if question.gate is not None else InputKind.FORM,
+                    gate=question.gate or {},
                 )
             )
         if specs:
