@@ -17,6 +17,7 @@ from guardian.shortcuts import assign_perm, remove_perm
 
 from mcptasks.models import (
     ApiToken,
+    ApprovalDecision,
     Audience,
     InputKind,
     InputRequest,
@@ -124,6 +125,8 @@ def can(user: Any, action: Action, task: Task) -> Decision:
             return ALLOW
         if action == Action.VIEW and _delegated(user, task, DELEGATIONS["answer"]):
             return ALLOW
+        if action == Action.VIEW and task_under_review(user, task.pk) is not None:
+            return ALLOW  # a reviewer sees what they decide (or decided) on
     return Decision(False, f"not permitted to {action.value} this task")
 
 
@@ -149,7 +152,7 @@ def get_visible_task(user: Any, task_id: Any) -> Task | None:
         return None
     task = Task.objects.select_related("tenant").filter(pk=task_id).first()
     if task is None or not can(user, Action.VIEW, task):
-        return None
+        return task_under_review(user, task_id)
     return task
 
 
@@ -255,6 +258,34 @@ def may_decide(user: Any, request: InputRequest, task: Task, *, now: Any = None)
     return ALLOW
 
 
+def task_under_review(user: Any, task_id: str) -> Task | None:
+    """The task whose pending approval gate ``user`` may decide on — or one they decided on —
+    though no other right lets them see it (a plain member of a reviewer group): a reviewer sees
+    what they decide on. Queries keyed by the id within the user's tenants, the same whether or
+    not the task exists."""
+    if not _authenticated(user):
+        return None
+    decided = (
+        ApprovalDecision.objects.filter(
+            task_id=task_id, reviewer=user, tenant_id__in=member_tenant_ids(user)
+        )
+        .select_related("task", "task__tenant")
+        .first()
+    )
+    if decided is not None:
+        return decided.task
+    gates = InputRequest.objects.filter(
+        task_id=task_id,
+        kind=InputKind.APPROVAL,
+        state="pending",
+        tenant_id__in=member_tenant_ids(user),
+    ).select_related("task", "task__tenant")
+    for gate in gates:
+        if may_decide(user, gate, gate.task):
+            return gate.task
+    return None
+
+
 def eligible_reviewers(request: InputRequest, task: Task) -> list[Any]:
     """Who else may decide on the gate now (for the approval page): tenant members the policy
     names, less those :func:`may_decide` refuses and those who decided already."""
@@ -273,13 +304,13 @@ def member_tenant_ids(user: Any) -> list[int]:
     return sorted(_roles(user)) if _authenticated(user) else []
 
 
-def may_manage_reviewer_groups(user: Any, tenant_id: int) -> Decision:
-    """Reviewer groups of a tenant are managed by its admins."""
+def may_manage_approvals(user: Any, tenant_id: int) -> Decision:
+    """Reviewer groups and approval policies of a tenant are managed by its admins."""
     if not _authenticated(user):
         return Decision(False, "not authenticated")
     if Role.ADMIN in _tenant_roles(user, tenant_id):
         return ALLOW
-    return Decision(False, "only the tenant's admins manage reviewer groups")
+    return Decision(False, "only the tenant's admins manage reviewer groups and approval policies")
 
 
 def answerable_requests(user: Any, task: Task, *, channel: str) -> list[InputRequest]:
@@ -401,7 +432,11 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
             | Q(task_id__in=delegated)
             | Q(audience=Audience.ANY, task__principal=user)
         )
-    return pending.exclude(forbid_self_approval=True, task__principal=user)
+    pending = pending.exclude(forbid_self_approval=True, task__principal=user)
+    # An approval gate is listed only to those its policy lets decide (pending gates are few).
+    gates = pending.filter(kind=InputKind.APPROVAL).select_related("task")
+    refused = [gate.pk for gate in gates if not may_decide(user, gate, gate.task)]
+    return pending.exclude(pk__in=refused) if refused else pending
 
 
 def answer_decisions(user: Any, task: Task, requests: list[InputRequest]) -> dict[int, Decision]:

@@ -47,6 +47,16 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("v1/approvals", api_approvals.ApprovalListView.as_view(), name="api-approvals"),
     path(
+        "v1/approval-policies",
+        api_approvals.ApprovalPolicyListView.as_view(),
+        name="api-approval-policies",
+    ),
+    path(
+        "v1/reviewer-groups",
+        api_approvals.ReviewerGroupListView.as_view(),
+        name="api-reviewer-groups",
+    ),
+    path(
         "v1/approvals/<str:task_id>/<path:key>/decisions",
         api_approvals.ApprovalDecisionView.as_view(),
         name="api-approval-decide",

@@ -422,3 +422,39 @@ class ApprovalDecision(models.Model):
             models.UniqueConstraint(fields=["request", "reviewer"], name="decision_once")
         ]
         indexes = [models.Index(fields=["task", "created_at"], name="decision_task_created")]
+
+
+class ApprovalPolicyRule(models.Model):
+    """A tenant admin's policy for the approval gate ``key`` of ``tool_name``, for every call
+    or (``argument`` set) only the calls whose ``argument`` equals ``value``. Versioned: a change
+    is a new row with the next version; only the newest of a selector is active. Written by
+    mcptasks.approval_policies only."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="approval_rules")
+    tool_name = models.CharField(max_length=128)
+    key = models.CharField(max_length=200, default="approval")
+    argument = models.CharField(max_length=128, blank=True, default="")
+    value = models.CharField(max_length=500, blank=True, default="")
+    version = models.IntegerField(default=1)
+    active = models.BooleanField(default=True)
+    required = models.IntegerField(default=1)
+    roles = models.JSONField(default=list, blank=True)
+    groups = models.JSONField(default=list, blank=True)
+    users = models.JSONField(default=list, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "tool_name", "key", "argument", "value", "version"],
+                name="approval_rule_version_unique",
+            )
+        ]
+        indexes = [
+            models.Index(
+                fields=["tenant", "tool_name", "key", "active"], name="approval_rule_lookup"
+            )
+        ]

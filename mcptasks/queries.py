@@ -504,6 +504,8 @@ AUDIT_ACTIONS = (
     "approval.approved",
     "approval.rejected",
     "approval.gate_opened",
+    "approval.policy_changed",
+    "approval.group_changed",
     "task.input_timed_out",
     "task.sleeping",
     "task.woken",

@@ -135,7 +135,13 @@ OTHER_CASES: list[Case] = [
     ("api-token-revoke", "post", lambda w, t: f"{V1}/tokens/{w.bob_token.pk}/revoke", {}),
 ]
 # Lists are not objects: they show alice nothing of globex (or refuse her outright).
-LIST_CASES = ["api-tasks", "api-audit-events", "api-tokens", "api-approvals"]
+LIST_CASES = [
+    "api-tasks",
+    "api-audit-events",
+    "api-tokens",
+    "api-approvals",
+    "api-approval-policies",
+]
 
 
 def call(client: Any, method: str, path: str, body: Any) -> Any:

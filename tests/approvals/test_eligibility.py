@@ -82,13 +82,13 @@ def test_who_may_decide_on_a_gate(
     assert access.may_answer(people[actor], request, task).reason == decision.reason
 
 
-def test_reviewer_groups_are_managed_by_the_tenants_admins(
+def test_reviewer_groups_and_policies_are_managed_by_the_tenants_admins(
     cast: dict[str, dict[str, Any]], users: dict[str, Any]
 ) -> None:
     tenant = cast["alice"]["tenant"].pk
-    assert access.may_manage_reviewer_groups(users["amy"], tenant)
+    assert access.may_manage_approvals(users["amy"], tenant)
     for name in ("olga", "carl", "alice", "bob"):
-        assert not access.may_manage_reviewer_groups(users[name], tenant)
+        assert not access.may_manage_approvals(users[name], tenant)
 
 
 def test_an_operator_may_name_neither_herself_nor_an_auditor_approver(
