@@ -8,10 +8,9 @@ PORT ?= 8000
 bootstrap:
 	@scripts/bootstrap
 
+# One Django boot: migrate, seed the demo if the database is empty, serve.
 run: bootstrap
-	$(PY) manage.py migrate --no-input -v0
-	$(PY) manage.py seed_demo --if-empty
-	$(PY) manage.py serve --host $(HOST) --port $(PORT)
+	$(PY) manage.py serve --migrate --seed-demo --host $(HOST) --port $(PORT)
 
 test: bootstrap
 	$(PY) -m pytest $(PYTEST_ARGS)

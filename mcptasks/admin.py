@@ -1,4 +1,10 @@
-"""Django admin: read-only for task state, which changes only through lifecycle."""
+"""Django admin: for superusers only, and read-only for task state (changed only through
+lifecycle).
+
+``is_staff`` means a cross-tenant operator here (access.py), not an admin user: operators and
+tenant admins work in the dashboard and the administration commands (README "Administration").
+The admin shows every tenant's rows, so it is for the people who run the server.
+"""
 
 from __future__ import annotations
 
@@ -44,6 +50,15 @@ def _answer_sensitive(obj: Any) -> frozenset[str]:
     from mcptasks.queries import secret_fields
 
     return _task_sensitive(obj) | secret_fields(obj.params or {})
+
+
+def superusers_only(request: HttpRequest) -> bool:
+    user = request.user
+    return bool(user.is_active and user.is_superuser)
+
+
+admin.site.has_permission = superusers_only  # type: ignore[method-assign]
+admin.site.site_header = "mcptasks administration (superusers)"
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

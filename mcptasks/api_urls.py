@@ -1,29 +1,44 @@
-"""REST API routes (/api/v1/…, /api/schema/, /api/docs/)."""
+"""REST API routes (/api/v1/…, /api/schema/, /api/docs/ (Swagger UI), /api/redoc/)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.urls import URLPattern, URLResolver, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from django.utils.csp import CSP
+from django.views.decorators.csp import csp_override
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerSplitView,
+)
 
 from audit import api as audit_api
-from mcptasks import api, api_approvals
+from mcptasks import api, api_approvals, errors
 
 TASK = "v1/tasks/<str:task_id>"
 
+# ReDoc (styled-components) writes its styles into <style> elements: the ones it creates at
+# render carry this response's nonce; two it creates as the bundle loads, before any nonce can
+# reach it, are allowed by hash (an empty element, filled through the CSSOM, and its fixed
+# scrollbar CSS). A new ReDoc build may change them: tests/browser/test_api_docs.py then fails.
+REDOC_STYLE_HASHES = [
+    "'sha256-47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU='",
+    "'sha256-QMIg+bpjm3JdElJ388KYke01izlUW0UoNOeKjpMxdgc='",
+]
+REDOC_CSP: dict[str, Any] = {
+    **settings.SECURE_CSP,
+    "style-src": [CSP.SELF, CSP.NONCE, *REDOC_STYLE_HASHES],
+}
 
+
+@csrf_exempt  # it changes nothing: any method gets the JSON 404, never the "form expired" page
 def not_found(request: HttpRequest, rest: str = "") -> JsonResponse:
-    """Any other path under /api/: a problem, like every error of the API."""
-    return JsonResponse(
-        {
-            "type": "about:blank",
-            "title": "Not Found",
-            "status": 404,
-            "detail": "No such API endpoint.",
-        },
-        status=404,
-        content_type="application/problem+json",
-    )
+    """Any other path (and method) under /api/: a problem, like every error of the API."""
+    return errors.api_not_found()
 
 
 urlpatterns: list[URLPattern | URLResolver] = [
@@ -77,6 +92,20 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("v1/tokens/issue", api.TokenIssueView.as_view(), name="api-tokens-issue"),
     path("v1/tokens/<str:token_id>/revoke", api.TokenRevokeView.as_view(), name="api-token-revoke"),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    # The split view loads its start-up script from a URL: no inline script for the CSP to block.
+    path(
+        "docs/",
+        SpectacularSwaggerSplitView.as_view(
+            url_name="api-schema", template_name="api/swagger_ui.html"
+        ),
+        name="api-docs",
+    ),
+    path(
+        "redoc/",
+        csp_override(REDOC_CSP)(
+            SpectacularRedocView.as_view(url_name="api-schema", template_name="api/redoc.html")
+        ),
+        name="api-redoc",
+    ),
     re_path(r"^(?P<rest>[\s\S]*)$", not_found),  # [\s\S]: a path may hold a newline
 ]

@@ -23,6 +23,8 @@ _counter = itertools.count()
 _cond = threading.Condition()
 _stop = threading.Event()
 _threads: list[threading.Thread] = []
+_declined = threading.Event()
+_start_lock = threading.Lock()
 
 
 def submit(job: str, kwargs: dict[str, Any], eta: datetime | None = None) -> None:
@@ -92,6 +94,34 @@ def _beat_loop(interval: float) -> None:
         if time.monotonic() - last_retention >= RETENTION_INTERVAL_S:
             last_retention = time.monotonic()
             submit("purge_audit_due", {})
+
+
+def decline() -> None:
+    """This process runs no in-process worker (``serve --no-worker``, the test suite, which runs
+    jobs with :func:`drain`): :func:`ensure_started` does nothing from now on."""
+    _declined.set()
+
+
+def ensure_started(workers: int = 2) -> bool:
+    """Start the worker and beat unless declined or already running; True if it started them.
+
+    The ASGI application calls this on the embedded default (lifespan startup, else its first
+    request), so a server started without ``manage.py serve`` (``uvicorn mcptasks.asgi:
+    application``, ``daphne``) still runs the tasks it creates.
+    """
+    if _declined.is_set() or _threads:
+        return False
+    with _start_lock:
+        if _threads:
+            return False
+        start(workers=workers)
+    log.warning(
+        "embedded default: this web process runs the in-process worker (%d threads) and beat; "
+        "with DATABASE_URL and REDIS_URL set, run `celery -A mcptasks worker` and "
+        "`celery -A mcptasks beat` instead",
+        workers,
+    )
+    return True
 
 
 def start(workers: int = 2, beat_interval: float = 1.0) -> None:

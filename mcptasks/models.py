@@ -16,6 +16,8 @@ from django.db import models
 from django.utils import timezone
 from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
 
+from mcptasks import inputs
+
 
 def new_task_id() -> str:
     """A 192-bit url-safe random id (DESIGN §3: ≥128 bits from `secrets`)."""
@@ -87,8 +89,8 @@ class ApiToken(models.Model):
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     # Who issued it (an admin or operator may issue a token owned by someone else): that person
-    # counts as a requester of the tasks it creates (access.requesters). None: issued by a
-    # command, or before issuers were recorded.
+    # counts as a requester of the tasks it creates (access.requesters). The owner when nobody
+    # else is named (a command, a user's own token); None for tokens issued before 0004.
     issued_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -134,6 +136,8 @@ class ApiToken(models.Model):
         parts = plaintext.split("_", 2)
         if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1] or not parts[2]:
             return None
+        if not inputs.storable(plaintext):
+            return None  # a NUL or a lone surrogate: no token's, and no query may hold it
         return parts[1], parts[2]
 
     def matches(self, secret: str) -> bool:
@@ -230,10 +234,15 @@ class Task(models.Model):
     # What a completed task came to beyond its wire status: "rejected" when an approval gate of
     # it was rejected (the wire still says completed; the dashboard, filters and audit say so).
     outcome = models.CharField(max_length=16, blank=True, default="")
+    # What the dashboard's search reads (mcptasks/search.py): redacted, lower-cased text, each
+    # with a trigram index on PostgreSQL (migration 0004).
+    search_summary = models.TextField(blank=True, default="", editable=False)
+    search_status = models.TextField(blank=True, default="", editable=False)
 
     class Meta:
         indexes = [
             models.Index(fields=["tenant", "-created_at"], name="task_tenant_created"),
+            models.Index(fields=["tenant", "-updated_at"], name="task_tenant_updated"),
             models.Index(fields=["principal", "-created_at"], name="task_principal_created"),
             models.Index(fields=["state", "wake_at"], name="task_state_wake"),
             models.Index(fields=["state", "lease_expires_at"], name="task_state_lease"),

@@ -5,6 +5,9 @@ from django.urls import include, path
 
 from mcptasks import health, oauth
 
+handler404 = "mcptasks.errors.page_not_found"
+handler500 = "mcptasks.errors.server_error"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", health.healthz),

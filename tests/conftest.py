@@ -22,6 +22,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # tasks/get path's per-process async pool cannot live; server processes (live tests,
     # tests/protocol/test_fast_get.py) use it.
     settings.MCPTASKS_FAST_TASKS_GET = False
+    # Tests run jobs themselves (embedded.drain, runner.run_task): the application must not
+    # start the embedded default's worker threads on its first request.
+    from mcptasks import embedded
+
+    embedded.decline()
     # The tests' own tools (tests/toolpack.py) beside the shipped packs.
     if "tests.toolpack" not in settings.MCPTASKS_TOOL_PACKS:
         settings.MCPTASKS_TOOL_PACKS = [*settings.MCPTASKS_TOOL_PACKS, "tests.toolpack"]

@@ -113,3 +113,32 @@ def cloud_job(ctx: ToolContext, spec: str, poll_seconds: float = 1.0) -> dict[st
     if status == "error":
         raise ToolError(f"Cloud job {job_id} failed")
     return {"job_id": job_id, "status": status}
+
+
+@tool(policy="task", ttl_ms=2 * 3_600_000, poll_interval_ms=1000, max_input_wait_s=3600)
+def draft_release_notes(ctx: ToolContext, service: str) -> dict[str, Any]:
+    """Draft a service's release notes, asking the MCP client (its user) what they should say.
+
+    The task turns ``input_required``; the client answers with ``tasks/update`` (key ``notes``).
+    """
+    ctx.report(f"Waiting for the release notes of {service}")
+    answer = ctx.ask(
+        "notes",
+        f"What should the release notes of {service} say?",
+        {
+            "type": "object",
+            "properties": {
+                "summary": {"type": "string", "title": "Summary", "maxLength": 500},
+                "breaking": {"type": "boolean", "title": "Breaking change", "default": False},
+            },
+            "required": ["summary"],
+        },
+        audience="client",
+    )
+    if not answer.accepted:
+        raise ToolError(f"The release notes of {service} were not written ({answer.action})")
+    return {
+        "service": service,
+        "summary": answer.content["summary"],
+        "breaking": bool(answer.content.get("breaking", False)),
+    }

@@ -141,6 +141,7 @@ LIST_CASES = [
     "api-tokens",
     "api-approvals",
     "api-approval-policies",
+    "api-reviewer-groups",
 ]
 
 
@@ -157,7 +158,7 @@ def test_the_tables_cover_every_operation_of_the_api() -> None:
         if isinstance(p, URLPattern)
         and p.name
         and p.name.startswith("api-")
-        and p.name not in ("api-schema", "api-docs")
+        and p.name not in ("api-schema", "api-docs", "api-redoc")  # the docs pages
     }
     covered = {case[0] for case in TASK_CASES + OTHER_CASES} | set(LIST_CASES)
     assert covered == names

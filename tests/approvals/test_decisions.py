@@ -68,8 +68,8 @@ def test_a_rejected_deploy_is_rejected_on_the_wire_the_list_the_page_and_the_aud
 
     task = Task.objects.get(pk=task_id)
     assert task.outcome == "rejected"
-    rejected = olga.get(reverse("dashboard:tasks"), {"state": "rejected"}).content.decode()
-    completed = olga.get(reverse("dashboard:tasks"), {"state": "completed"}).content.decode()
+    rejected = olga.get(reverse("dashboard:tasks"), {"outcome": "rejected"}).content.decode()
+    completed = olga.get(reverse("dashboard:tasks"), {"outcome": "completed"}).content.decode()
     assert task_id[:8] in rejected and task_id[:8] not in completed
     detail = olga.get(reverse("dashboard:task", args=[task_id])).content.decode()
     assert 'data-state="rejected"' in detail and 'data-state="completed"' not in detail

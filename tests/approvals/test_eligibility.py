@@ -19,7 +19,7 @@ RELEASE = {"required": 2, "roles": [], "groups": ["release-managers"], "users": 
 NAMED = {"required": 1, "roles": [], "groups": [], "users": ["adam"]}
 
 REQUESTER = "the requester may not approve their own request"
-ISSUER = "the issuer of the requesting token may not decide on its request"
+ISSUER = REQUESTER  # the issuer of the creating token is a requester too (access.requesters)
 AUDITOR = "an auditor may not decide on approvals"
 NOT_ELIGIBLE = "not an eligible reviewer under the gate's policy"
 EXPIRED = "the approval gate has expired"

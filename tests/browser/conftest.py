@@ -10,6 +10,7 @@ Playwright's sync API keeps an event loop in the test's thread, where Django ref
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -98,12 +99,22 @@ class Session:
     """One signed-in browser user: a context (own cookies) and its pages."""
 
     def __init__(
-        self, browser: Any, base_url: str, name: str, password: str, width: int = 1280
+        self,
+        browser: Any,
+        base_url: str,
+        name: str,
+        password: str,
+        width: int = 1280,
+        height: int = 900,
+        **options: Any,
     ) -> None:
         self.name = name
         self.base_url = base_url
         self.context = browser.new_context(
-            base_url=base_url, viewport={"width": width, "height": 900}, accept_downloads=True
+            base_url=base_url,
+            viewport={"width": width, "height": height},
+            accept_downloads=True,
+            **options,
         )
         self.console_errors: list[str] = []
         self.page = self.new_page()
@@ -111,7 +122,8 @@ class Session:
         self.page.fill("#id_username", name)
         self.page.fill("#id_password", password)
         self.page.click("button[type=submit]")
-        self.page.wait_for_url(f"{base_url}/")
+        # The start page of the role: the inbox, the tasks or the audit trail.
+        self.page.wait_for_url(re.compile(rf"^{re.escape(base_url)}/(inbox|tasks|audit)/$"))
 
     def new_page(self) -> Any:
         page = self.context.new_page()
@@ -136,7 +148,7 @@ class Session:
 
 
 def wait_live(page: Any) -> None:
-    page.wait_for_selector("#live-status[data-state='live']", timeout=15_000)
+    page.wait_for_selector("#live-status[data-state='live']", state="attached", timeout=15_000)
 
 
 @pytest.fixture
@@ -145,8 +157,9 @@ def sign_in(
 ) -> Iterator[Callable[..., Session]]:
     sessions: list[Session] = []
 
-    def make(name: str, width: int = 1280) -> Session:
-        session = Session(browser, live_url, name, cast[name]["password"], width)
+    def make(name: str, width: int = 1280, height: int = 900, **options: Any) -> Session:
+        """``options`` go to the browser context (``timezone_id``, ``reduced_motion``…)."""
+        session = Session(browser, live_url, name, cast[name]["password"], width, height, **options)
         sessions.append(session)
         return session
 
@@ -224,3 +237,20 @@ def shoot() -> Callable[[Any, str], None]:
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
     return take
+
+
+AXE = Path(__file__).resolve().parent / "assets" / "axe.min.js"
+WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa"]
+
+
+def axe_violations(page: Any) -> list[dict[str, Any]]:
+    """The serious and critical WCAG 2.2 A/AA violations axe-core finds in the page as it is."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE.read_text())
+    found = page.evaluate(
+        "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}})"
+        ".then(r => r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,"
+        " nodes: v.nodes.slice(0, 5).map(n => n.target.join(' '))})))",
+        WCAG_TAGS,
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]

@@ -1,5 +1,5 @@
 """Approval gates in headless Chromium (issue 21): with the demo's two-approval policy, olga
-and adam have the deploy open; olga approves and adam's page shows "1 of 2" live; adam rejects
+and amy have the deploy open; olga approves and amy's page shows "1 of 2" live; amy rejects
 with a comment, which shows on the timeline; the task ends *rejected*; carl, an auditor, never
 sees an Approve button."""
 
@@ -31,35 +31,35 @@ def test_two_reviewers_one_approves_live_the_other_rejects_and_the_task_is_rejec
     task_id = mcp.start("deploy_service", PRODUCTION)
     assert backend.run_task(task_id) == "awaiting_operator"
 
-    olga, adam = sign_in("olga"), sign_in("adam")
-    adams_task = adam.open(f"/tasks/{task_id}/")
+    olga, amy = sign_in("olga"), sign_in("amy")
+    amys_task = amy.open(f"/tasks/{task_id}/")
     gate = olga.open(f"/tasks/{task_id}/inputs/approval/")
     expect(gate.locator("[data-progress]")).to_contain_text("0 of 2")
     expect(gate.locator("[data-summary]")).to_contain_text("3.1.0")
     shoot(gate, "approval-gate")
     gate.locator('button[value="approve"]').click()
     gate.wait_for_url(f"**/tasks/{task_id}/#timeline")
-    expect(adams_task.locator("body")).to_contain_text(
+    expect(amys_task.locator("body")).to_contain_text(
         "Waiting for approval (1 of 2)", timeout=LIVE_TIMEOUT
-    )  # adam's open page, live
+    )  # amy's open page, live
 
-    adams_gate = adam.open(f"/tasks/{task_id}/inputs/approval/")
-    expect(adams_gate.locator("[data-decisions]")).to_contain_text("olga approved")
-    adams_gate.locator('button[value="reject"]').click()  # no comment: refused by the form
-    expect(adams_gate.locator(".field-error")).to_contain_text("comment")
-    adams_gate.locator('[name="approval-comment"]').fill("Freeze until the incident review")
-    adams_gate.locator('button[value="reject"]').click()
-    adams_gate.wait_for_url(f"**/tasks/{task_id}/#timeline")
-    expect(adams_gate.locator("#sec-timeline")).to_contain_text(
+    amys_gate = amy.open(f"/tasks/{task_id}/inputs/approval/")
+    expect(amys_gate.locator("[data-decisions]")).to_contain_text("olga approved")
+    amys_gate.locator('button[value="reject"]').click()  # no comment: refused by the form
+    expect(amys_gate.locator(".field-error")).to_contain_text("comment")
+    amys_gate.locator('[name="approval-comment"]').fill("Freeze until the incident review")
+    amys_gate.locator('button[value="reject"]').click()
+    amys_gate.wait_for_url(f"**/tasks/{task_id}/#timeline")
+    expect(amys_gate.locator("#sec-timeline")).to_contain_text(
         "Rejected approval via dashboard (1 of 2) — Freeze until the incident review"
     )
 
     assert backend.run_task(task_id) == "completed"
-    expect(adams_gate.locator("#sec-head [data-state]")).to_have_attribute(
+    expect(amys_gate.locator("#sec-head [data-state]")).to_have_attribute(
         "data-state", "rejected", timeout=LIVE_TIMEOUT
     )
     assert mcp.get(task_id)["result"]["structuredContent"]["status"] == "rejected"
-    listed = olga.open("/tasks/?state=rejected")
+    listed = olga.open("/tasks/?outcome=rejected")
     expect(listed.locator(f'[id="row-{task_id}"]')).to_be_visible()
 
     carl = sign_in("carl")
@@ -68,4 +68,4 @@ def test_two_reviewers_one_approves_live_the_other_rejects_and_the_task_is_rejec
     page = carl.open(f"/tasks/{gated}/inputs/approval/")
     expect(page.locator("[data-refusal]")).to_contain_text("auditor")
     expect(page.locator('button[value="approve"]')).to_have_count(0)
-    assert not olga.csp_violations() and not adam.csp_violations()
+    assert not olga.csp_violations() and not amy.csp_violations()

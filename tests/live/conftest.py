@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
@@ -107,29 +108,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-@pytest.fixture(scope="module")
-def mcp_server_process(
-    django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+@contextmanager
+def serving_process(
+    argv: list[str], env: dict[str, str], log: Path, port: int
 ) -> Iterator[LiveServer]:
-    """``manage.py serve`` on a free port against the test database; killed at teardown.
-
-    A test module may set ``SERVER_ENV`` (a dict) to configure its server.
-    """
-    port = free_port()
-    env = {**server_env(), **getattr(request.module, "SERVER_ENV", {})}
-    log = tmp_path_factory.mktemp("live") / "server.log"
-    python = ROOT / ".venv" / "bin" / "python"
+    """Start ``argv`` (a server on ``port``) in its own process group, logging to ``log``; yield
+    it once healthy; stop it by its id."""
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [
-                str(python if python.exists() else sys.executable),
-                "manage.py",
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
+            argv,
             cwd=ROOT,
             env=env,
             stdout=output,
@@ -142,6 +129,35 @@ def mcp_server_process(
         yield server
     finally:
         stop(process)
+
+
+@pytest.fixture(scope="module")
+def mcp_server_process(
+    django_db_setup: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[LiveServer]:
+    """``manage.py serve`` on a free port against the test database; killed at teardown.
+
+    A test module may set ``SERVER_ENV`` (a dict) to configure its server.
+    """
+    port = free_port()
+    env = {**server_env(), **getattr(request.module, "SERVER_ENV", {})}
+    log = tmp_path_factory.mktemp("live") / "server.log"
+    python = ROOT / ".venv" / "bin" / "python"
+    argv = [str(python if python.exists() else sys.executable), "manage.py", "serve"]
+    with serving_process(
+        [*argv, "--host", "127.0.0.1", "--port", str(port)], env, log, port
+    ) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def embedded_demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A fresh embedded default (its own var/ directory), migrated and seeded with the demo:
+    the directory and the cast's MCP tokens (tests.live.embedded_demo)."""
+    from tests.live.embedded_demo import seed
+
+    var_dir = tmp_path_factory.mktemp("embedded-var")
+    return var_dir, seed(var_dir)
 
 
 @pytest.fixture

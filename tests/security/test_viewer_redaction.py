@@ -119,7 +119,7 @@ def test_dashboard_pages_and_socket_updates_show_questions_and_messages_redacted
         client = Client()
         client.force_login(users[viewer])
         for path in (
-            "/",
+            "/inbox/",
             "/tasks/",
             f"/tasks/{asking.pk}/",
             f"/tasks/{asking.pk}/inputs/confirm/",

@@ -9,7 +9,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from audit.chain import chain_for_tenant
+from audit.chain import SYSTEM_CHAIN, chain_for_tenant, known_chains
 from audit.export import FORMATS, ExportFilters, dump_manifest, export_to_file, manifest_path_for
 from audit.record import Actor
 
@@ -47,10 +47,32 @@ class Command(BaseCommand):
             help="username recorded as the exporting actor (default: system)",
         )
 
+    @staticmethod
+    def _chain(options: dict[str, Any]) -> str:
+        """The chain to export ("" for all); an unknown tenant or chain is an error, not an
+        empty signed export."""
+        from mcptasks.models import Tenant
+
+        if options["tenant"]:
+            slug = options["tenant"]
+            if not Tenant.objects.filter(slug=slug).exists() and (
+                chain_for_tenant(slug) not in known_chains()
+            ):
+                raise CommandError(f"no tenant {slug!r}")
+            return chain_for_tenant(slug)
+        chain = options["chain"]
+        if not chain or chain == SYSTEM_CHAIN or chain in known_chains():
+            return str(chain)
+        slug = chain.removeprefix("tenant:")
+        if chain.startswith("tenant:") and Tenant.objects.filter(slug=slug).exists():
+            return str(chain)
+        raise CommandError(f"no such chain {chain!r} (tenant:<slug> of a tenant, or system)")
+
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["since"] and options["until"] and options["since"] >= options["until"]:
+            raise CommandError("--since must be before --until")
         filters = ExportFilters(
-            chain=options["chain"]
-            or (chain_for_tenant(options["tenant"]) if options["tenant"] else ""),
+            chain=self._chain(options),
             actor=options["actor"],
             action=options["action"],
             task_id=options["task"],
@@ -64,8 +86,13 @@ class Command(BaseCommand):
                 raise CommandError(f"no user {options['as_user']!r}")
             actor = Actor.for_user(user)
         out = Path(options["out"])
-        with out.open("wb") as stream:
-            manifest = export_to_file(filters, options["format"], stream, actor=actor)
+        if not out.parent.is_dir():
+            raise CommandError(f"cannot write {out}: no directory {out.parent}")
+        try:
+            with out.open("wb") as stream:
+                manifest = export_to_file(filters, options["format"], stream, actor=actor)
+        except OSError as exc:
+            raise CommandError(f"cannot write {out}: {exc.strerror or exc}") from None
         manifest_path = manifest_path_for(out)
         manifest_path.write_text(dump_manifest(manifest))
         self.stdout.write(

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mcptasks', '0003_task_active_indexes'),
+        ('mcptasks', '0004_task_search'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
