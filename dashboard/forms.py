@@ -347,7 +347,7 @@ class TaskFilterForm(forms.Form):
             ("", "Any outcome"),
             ("completed", "completed"),
             ("failed", "failed"),
-            ("rejected", "rejected (tool error)"),
+            ("rejected", "rejected (approval or tool error)"),
             ("cancelled", "cancelled"),
         ],
     )
@@ -446,3 +446,26 @@ class TokenIssueForm(forms.Form):
 
 class TokenRevokeForm(forms.Form):
     reason = forms.CharField(max_length=REASON_MAX, required=False)
+
+
+class ApprovalDecisionForm(forms.Form):
+    """A reviewer's decision on an approval gate: approve or reject, a comment (required to
+    reject: lifecycle refuses a reject without one, this form says so first)."""
+
+    verdict = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+    comment = forms.CharField(
+        label="Comment (required to reject)",
+        required=False,
+        max_length=REASON_MAX,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("prefix", "approval")
+        super().__init__(*args, **kwargs)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if cleaned.get("verdict") == "reject" and not (cleaned.get("comment") or "").strip():
+            self.add_error("comment", "A reject needs a comment saying why.")
+        return cleaned

@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import forms
+from dashboard.approvals import approval_page
 from dashboard.pages import (
     SESSION_TENANT,
     actor_for,
@@ -37,7 +38,7 @@ from dashboard.pages import (
     wants_fragment,
 )
 from mcptasks import access, lifecycle, queries
-from mcptasks.models import InputRequest, InputState, Task, TaskState
+from mcptasks.models import InputKind, InputRequest, InputState, Task, TaskState
 from mcptasks.tools.context import ELICIT
 from mcptasks.wire import WIRE_STATUS
 
@@ -247,6 +248,8 @@ def answer_input(request: HttpRequest, task_id: str, key: str) -> HttpResponse:
         raise Http404("No such input request")
     task, request_row = found
     context: dict[str, Any] = {"task": task, "input": request_row}
+    if request_row.kind == InputKind.APPROVAL and request_row.state == InputState.PENDING:
+        return approval_page(request, task, request_row)
     if request_row.state != InputState.PENDING:
         return render_page(request, "dashboard/answer.html", {**context, "closed": True})
     decision = access.may_answer(request.user, request_row, task)
@@ -391,7 +394,7 @@ def grant_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
     if not form.is_valid():
         return _action_form_invalid(request, task, form, "Naming someone")
     grantee = User.objects.get(pk=int(form.cleaned_data["grantee"]))
-    allowed = access.may_receive_delegation(grantee, task)
+    allowed = access.may_name(request.user, grantee, task, form.cleaned_data["delegation"])
     if not allowed:
         return denied(request, allowed.reason)
     lifecycle.task_grant_delegation(

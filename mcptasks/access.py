@@ -18,8 +18,10 @@ from guardian.shortcuts import assign_perm, remove_perm
 from mcptasks.models import (
     ApiToken,
     Audience,
+    InputKind,
     InputRequest,
     Membership,
+    ReviewerGroup,
     Role,
     Task,
     TaskUserObjectPermission,
@@ -189,6 +191,8 @@ def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:
         return Decision(False, "not authenticated")
     if not holds_membership(user, task.tenant_id):
         return NOT_A_MEMBER
+    if request.kind == InputKind.APPROVAL:
+        return may_decide(user, request, task)
     if request.forbid_self_approval and user.pk in requesters(task):
         return Decision(False, "the requester may not approve their own request")
     is_owner = user.pk == task.principal_id
@@ -203,6 +207,103 @@ def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:
     if is_owner or is_operator or delegated:
         return ALLOW
     return Decision(False, "not permitted to answer this request")
+
+
+# ---------------------------------------------------------------- approval gates
+# Who may decide on an approval gate (ctx.approve): the gate's policy names the eligible set —
+# roles in the task's tenant, reviewer groups of the tenant, named users — and some people are
+# never eligible whatever the policy says. Per-task delegations ("named approver") grant
+# a gate's eligibility only where its policy allows named approvers (``named_approvers``), and
+# naming is refused for oneself and for auditors (may_name).
+
+
+def gate_requesters(task: Task) -> dict[int, str]:
+    """:func:`requesters` — who may never decide on the task's gates (the principal and the
+    creating token's issuer) — with the reason, the same may_answer gives."""
+    return dict.fromkeys(requesters(task), "the requester may not approve their own request")
+
+
+def reviewer_group_names(user: Any, tenant_id: int) -> set[str]:
+    """The reviewer groups of ``tenant_id`` that ``user`` belongs to."""
+    return set(
+        ReviewerGroup.objects.filter(tenant_id=tenant_id, members=user).values_list(
+            "name", flat=True
+        )
+    )
+
+
+def gate_policy(request: InputRequest) -> dict[str, Any]:
+    return dict((request.gate or {}).get("policy") or {})
+
+
+def _eligible_by_policy(
+    user: Any, policy: dict[str, Any], tenant_id: int, task: Task | None = None
+) -> bool:
+    roles = _tenant_roles(user, tenant_id)
+    if roles & set(policy.get("roles") or ()):
+        return True
+    if (
+        policy.get("named_approvers", True)
+        and task is not None
+        and _delegated(user, task, DELEGATIONS["answer"])
+    ):
+        return True
+    if user.get_username() in set(policy.get("users") or ()):
+        return True
+    groups = set(policy.get("groups") or ())
+    return bool(groups) and bool(reviewer_group_names(user, tenant_id) & groups)
+
+
+def may_decide(user: Any, request: InputRequest, task: Task, *, now: Any = None) -> Decision:
+    """May ``user`` approve or reject this approval gate? The same answer on every channel
+    (dashboard, REST API, MCP ``tasks/update``). Whether the gate is still open is a question of
+    state, lifecycle's (a closed gate is a conflict, not a refusal)."""
+    from django.utils import timezone
+
+    if not _authenticated(user):
+        return Decision(False, "not authenticated")
+    if request.kind != InputKind.APPROVAL:
+        return Decision(False, "this input request is not an approval gate")
+    if request.deadline_at is not None and request.deadline_at <= (now or timezone.now()):
+        return Decision(False, "the approval gate has expired")
+    requesters = gate_requesters(task)
+    if user.pk in requesters:
+        return Decision(False, requesters[user.pk])
+    roles = _tenant_roles(user, task.tenant_id)
+    if not roles:
+        return Decision(False, "not a member of the task's tenant")
+    if Role.AUDITOR in roles:
+        return Decision(False, "an auditor may not decide on approvals")
+    if not _eligible_by_policy(user, gate_policy(request), task.tenant_id, task):
+        return Decision(False, "not an eligible reviewer under the gate's policy")
+    return ALLOW
+
+
+def eligible_reviewers(request: InputRequest, task: Task) -> list[Any]:
+    """Who else may decide on the gate now (for the approval page): tenant members the policy
+    names, less those :func:`may_decide` refuses and those who decided already."""
+    decided = set(request.decisions.values_list("reviewer_id", flat=True))
+    candidates = (
+        User.objects.filter(is_active=True, memberships__tenant_id=task.tenant_id)
+        .exclude(pk__in=decided)
+        .distinct()
+        .order_by("username")
+    )
+    return [user for user in candidates if may_decide(user, request, task)]
+
+
+def member_tenant_ids(user: Any) -> list[int]:
+    """The tenants ``user`` is a member of (any role)."""
+    return sorted(_roles(user)) if _authenticated(user) else []
+
+
+def may_manage_approvals(user: Any, tenant_id: int) -> Decision:
+    """Reviewer groups and approval policies of a tenant are managed by its admins."""
+    if not _authenticated(user):
+        return Decision(False, "not authenticated")
+    if Role.ADMIN in _tenant_roles(user, tenant_id):
+        return ALLOW
+    return Decision(False, "only the tenant's admins manage reviewer groups and approval policies")
 
 
 def requesters(task: Task) -> set[int]:
@@ -345,9 +446,13 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
             | Q(audience=Audience.ANY, task__principal=user)
         )
     pending = pending.filter(tenant_id__in=sorted(member_tenants(user)))
-    return pending.exclude(forbid_self_approval=True, task__principal=user).exclude(
+    pending = pending.exclude(forbid_self_approval=True, task__principal=user).exclude(
         forbid_self_approval=True, task__token__issued_by=user
     )
+    # An approval gate is listed only to those its policy lets decide (pending gates are few).
+    gates = pending.filter(kind=InputKind.APPROVAL).select_related("task")
+    refused = [gate.pk for gate in gates if not may_decide(user, gate, gate.task)]
+    return pending.exclude(pk__in=refused) if refused else pending
 
 
 def answer_decisions(user: Any, task: Task, requests: list[InputRequest]) -> dict[int, Decision]:
@@ -357,6 +462,9 @@ def answer_decisions(user: Any, task: Task, requests: list[InputRequest]) -> dic
     decided: dict[tuple[str, bool], Decision] = {}
     decisions: dict[int, Decision] = {}
     for request in requests:
+        if request.kind == InputKind.APPROVAL:
+            decisions[request.pk] = may_decide(user, request, task)
+            continue
         case = (request.audience, request.forbid_self_approval)
         if case not in decided:
             decided[case] = may_answer(user, request, task)
@@ -387,6 +495,20 @@ def delegation_candidates(task: Task) -> QuerySet[Any]:
         .distinct()
         .order_by("username")
     )
+
+
+def may_name(grantor: Any, grantee: Any, task: Task, delegation: str) -> Decision:
+    """May ``grantor`` give ``grantee`` this delegation on ``task``? As
+    :func:`may_receive_delegation`, and an approver is never the grantor themselves (an
+    operator naming themselves) nor an auditor of the tenant."""
+    allowed = may_receive_delegation(grantee, task)
+    if not allowed or delegation != "answer":
+        return allowed
+    if grantee.pk == grantor.pk:
+        return Decision(False, "an operator may not name themselves approver")
+    if Role.AUDITOR in _tenant_roles(grantee, task.tenant_id):
+        return Decision(False, "an auditor may not be named approver")
+    return ALLOW
 
 
 def may_receive_delegation(grantee: Any, task: Task) -> Decision:

@@ -50,8 +50,8 @@ from mcptasks.api_serializers import (
     TokenSerializer,
 )
 from mcptasks.auth import Principal
-from mcptasks.models import ApiToken, Effect, InputRequest, InputState, Task, Tenant
-from mcptasks.tools.answers import InvalidAnswer, validate_response
+from mcptasks.models import ApiToken, Effect, InputKind, InputRequest, InputState, Task, Tenant
+from mcptasks.tools.answers import InvalidAnswer, validate_response, verdict_of
 
 # ---------------------------------------------------------------- errors
 log = logging.getLogger(__name__)
@@ -424,8 +424,25 @@ class TaskAnswerInputView(TaskActionView):
             raise Conflict(f"The input request {target.key!r} is {target.state}, not pending.")
         try:
             response = validate_response(target.method, target.params, data["response"])
+            if target.kind == InputKind.APPROVAL:
+                verdict, comment = verdict_of(response)
         except InvalidAnswer as exc:
             raise ValidationError({"response": [str(exc)]}) from None
+        if target.kind == InputKind.APPROVAL:
+            # An approval gate's answer is the caller's decision (as POST /approvals/…/decisions).
+            try:
+                lifecycle.task_decide_approval(
+                    task_id=task.pk,
+                    key=target.key,
+                    reviewer=request.user,
+                    verdict=verdict,
+                    comment=comment,
+                    actor=actor_of(request, task),
+                    via="api",
+                )
+            except lifecycle.DecisionRefused as exc:
+                raise Conflict(_sentence(str(exc))) from None
+            return
         lifecycle.task_answer_input(
             task_id=task.pk,
             key=target.key,
@@ -523,7 +540,7 @@ class TaskGrantDelegationView(TaskActionView):
 
     def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
         grantee = get_user_model().objects.filter(username=data["user"]).first()
-        decision = access.may_receive_delegation(grantee, task)
+        decision = access.may_name(request.user, grantee, task, data["delegation"])
         if not decision:
             raise ValidationError({"user": [_sentence(decision.reason)]})
         lifecycle.task_grant_delegation(

@@ -17,7 +17,7 @@ from drf_spectacular.views import (
 )
 
 from audit import api as audit_api
-from mcptasks import api, errors
+from mcptasks import api, api_approvals, errors
 
 TASK = "v1/tasks/<str:task_id>"
 
@@ -59,6 +59,22 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path(f"{TASK}/delegations/grant", api.TaskGrantDelegationView.as_view(), name="api-task-grant"),
     path(
         f"{TASK}/delegations/revoke", api.TaskRevokeDelegationView.as_view(), name="api-task-revoke"
+    ),
+    path("v1/approvals", api_approvals.ApprovalListView.as_view(), name="api-approvals"),
+    path(
+        "v1/approval-policies",
+        api_approvals.ApprovalPolicyListView.as_view(),
+        name="api-approval-policies",
+    ),
+    path(
+        "v1/reviewer-groups",
+        api_approvals.ReviewerGroupListView.as_view(),
+        name="api-reviewer-groups",
+    ),
+    path(
+        "v1/approvals/<str:task_id>/<path:key>/decisions",
+        api_approvals.ApprovalDecisionView.as_view(),
+        name="api-approval-decide",
     ),
     path("v1/audit/events", audit_api.AuditEventListView.as_view(), name="api-audit-events"),
     path("v1/audit/exports", audit_api.AuditExportCreateView.as_view(), name="api-audit-exports"),

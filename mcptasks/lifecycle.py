@@ -37,9 +37,12 @@ from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
     TERMINAL_STATES,
+    ApprovalDecision,
     Audience,
     Effect,
     EffectState,
+    GateOutcome,
+    InputKind,
     InputRequest,
     InputState,
     Task,
@@ -118,6 +121,11 @@ class NotRetryable(LifecycleError):
 
 class InputNotPending(LifecycleError):
     """The input request is unknown, already answered, superseded or expired."""
+
+
+class DecisionRefused(LifecycleError):
+    """An approval decision that cannot be recorded (the reviewer decided already, a reject
+    without a comment); the message says why."""
 
 
 class EffectNotUnknown(LifecycleError):
@@ -555,6 +563,8 @@ class InputSpec:
     audience: str = Audience.CLIENT
     forbid_self_approval: bool = False
     deadline_at: datetime | None = None
+    kind: str = InputKind.FORM
+    gate: dict[str, Any] = field(default_factory=dict)
 
 
 def task_request_input(
@@ -583,6 +593,8 @@ def task_request_input(
                     audience=r.audience,
                     forbid_self_approval=r.forbid_self_approval,
                     deadline_at=r.deadline_at,
+                    kind=r.kind,
+                    gate=r.gate,
                 )
                 for r in requests
             ]
@@ -667,6 +679,12 @@ def task_complete(*, task_id: str, attempt: int, result: dict[str, Any]) -> Task
                 f"{settings.MCPTASKS_MAX_RESULT_BYTES} bytes (MCPTASKS_MAX_RESULT_BYTES)"
             ),
         )
+    # A task whose approval gate was rejected completes as the tool decides on the wire, but is
+    # *rejected* everywhere else: never a plain "completed" that hides a rejection.
+    rejected = InputRequest.objects.filter(
+        task_id=task_id, kind=InputKind.APPROVAL, outcome=GateOutcome.REJECTED
+    ).exists()
+    outcome = GateOutcome.REJECTED.value if rejected else ""
     with transaction.atomic():
         task = _apply(
             task_id,
@@ -676,13 +694,20 @@ def task_complete(*, task_id: str, attempt: int, result: dict[str, Any]) -> Task
             result=result,
             lease_owner="",
             lease_expires_at=None,
-            status_message="Completed with a tool error" if result.get("isError") else "Completed",
+            outcome=outcome,
+            status_message=(
+                "Rejected"
+                if rejected
+                else "Completed with a tool error"
+                if result.get("isError")
+                else "Completed"
+            ),
         )
         _audit(
             task,
             "task.completed",
             Actor.system("worker"),
-            {"is_error": bool(result.get("isError"))},
+            {"is_error": bool(result.get("isError")), **({"outcome": outcome} if outcome else {})},
         )
         _changed(task)
     return task
@@ -732,20 +757,16 @@ def task_answer_input(
     the task is not waiting for input. Authorization is the caller's job (access.py).
     """
     with transaction.atomic():
-        # The new state depends on which requests stay pending: lock the row (STYLE rule 3).
-        task = Task.objects.select_for_update().select_related("tenant").filter(pk=task_id).first()
-        if task is None:
-            raise TaskNotFound(task_id)
-        if task.state not in AWAITING_STATES:
-            raise InvalidTransition(task_id, "answer_input", task.state)
-        now = timezone.now()
+        _lock_awaiting(task_id, "answer_input")
         if (
-            InputRequest.objects.filter(task_id=task_id, key=key, state=InputState.PENDING).update(
+            InputRequest.objects.filter(
+                task_id=task_id, key=key, state=InputState.PENDING, kind=InputKind.FORM
+            ).update(
                 state=InputState.ANSWERED,
                 response=response,
                 answered_by_id=actor.user_id,
                 answered_via=via,
-                answered_at=now,
+                answered_at=timezone.now(),
             )
             != 1
         ):
@@ -760,6 +781,111 @@ def task_answer_input(
             {"key": key, "via": via, "action": response.get("action"), "response": response},
             sensitive_keys=_secret_fields(request.params),
         )
+        _changed(task)
+        if target == S.QUEUED:
+            _run_on_commit(task)
+    return task
+
+
+def _lock_awaiting(task_id: str, verb: str) -> Task:
+    """Lock a task that waits for input (its next state depends on which requests stay
+    pending: STYLE rule 3); raise when it is gone or no longer waiting."""
+    task = Task.objects.select_for_update().select_related("tenant").filter(pk=task_id).first()
+    if task is None:
+        raise TaskNotFound(task_id)
+    if task.state not in AWAITING_STATES:
+        raise InvalidTransition(task_id, verb, task.state)
+    return task
+
+
+def task_decide_approval(
+    *,
+    task_id: str,
+    key: str,
+    reviewer: Any,
+    verdict: str,
+    comment: str,
+    actor: Actor,
+    via: str,
+) -> Task:
+    """Record one reviewer's decision on a pending approval gate; open the gate at the
+    policy's required approvals, close it at the first reject, and resume the task then.
+
+    Decisions on one task are serialized by the task's row lock, so on PostgreSQL exactly the
+    first N approvals open a gate and none is lost or doubled. Raises
+    :class:`InputNotPending` (no such pending gate), :class:`DecisionRefused` (this reviewer
+    decided already; a reject without a comment). Eligibility is the caller's (access.may_decide).
+    """
+    comment = comment.strip()
+    if verdict not in ("approve", "reject"):
+        raise DecisionRefused("a decision is approve or reject")
+    if verdict == "reject" and not comment:
+        raise DecisionRefused("a reject needs a comment saying why")
+    with transaction.atomic():
+        try:
+            task = _lock_awaiting(task_id, "decide_approval")
+        except InvalidTransition:
+            raise InputNotPending(key) from None  # the gate closed and the task moved on
+        gate = InputRequest.objects.filter(
+            task_id=task_id, key=key, state=InputState.PENDING, kind=InputKind.APPROVAL
+        ).first()
+        if gate is None:
+            raise InputNotPending(key)
+        if gate.decisions.filter(reviewer=reviewer).exists():
+            raise DecisionRefused("you have already decided on this approval")
+        now = timezone.now()
+        ApprovalDecision.objects.create(
+            request=gate,
+            task_id=task_id,
+            tenant_id=task.tenant_id,
+            reviewer=reviewer,
+            verdict=verdict,
+            comment=comment,
+            via=via,
+            created_at=now,
+        )
+        approvals = gate.decisions.filter(verdict="approve").count()
+        required = int((gate.gate.get("policy") or {}).get("required", 1))
+        outcome = (
+            GateOutcome.REJECTED
+            if verdict == "reject"
+            else GateOutcome.APPROVED
+            if approvals >= required
+            else ""
+        )
+        data: dict[str, Any] = {"key": key, "via": via, "comment": comment}
+        data.update(approvals=approvals, required=required)
+        if outcome:
+            decisions = [
+                {
+                    "reviewer": d.reviewer.get_username(),
+                    "verdict": d.verdict,
+                    "comment": d.comment,
+                    "at": d.created_at.isoformat(),
+                }
+                for d in gate.decisions.select_related("reviewer").order_by("created_at", "id")
+            ]
+            InputRequest.objects.filter(pk=gate.pk).update(
+                state=InputState.ANSWERED,
+                outcome=outcome,
+                response={
+                    "action": "accept",
+                    "content": {"outcome": outcome, "decisions": decisions},
+                },
+                answered_by_id=actor.user_id,
+                answered_via=via,
+                answered_at=now,
+            )
+            target, message = _after_input(task_id, resuming=f"Approval {outcome}; resuming")
+        else:
+            target = task.state
+            message = f"Waiting for approval ({approvals} of {required})"
+        task = _apply(task_id, verb="answer_input", target=target, status_message=message)
+        _audit(
+            task, "approval.approved" if verdict == "approve" else "approval.rejected", actor, data
+        )
+        if outcome == GateOutcome.APPROVED:
+            _audit(task, "approval.gate_opened", actor, {"key": key, "approvals": approvals})
         _changed(task)
         if target == S.QUEUED:
             _run_on_commit(task)

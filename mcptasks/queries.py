@@ -100,12 +100,15 @@ class Page:
 
 
 # ---------------------------------------------------------------- tasks list
-# How a finished task ended, as an operator filters on it: a tool error ("isError" result, such
-# as a declined approval) is a rejection, not a completion.
+# How a finished task ended, as an operator filters on it: a tool error ("isError" result) or a
+# rejected approval gate (Task.outcome, issue 21) is a rejection, not a completion.
+REJECTED = "rejected"
+_TOOL_ERROR = Q(result__isError=True)
 OUTCOMES: dict[str, Q] = {
     "completed": Q(state=TaskState.COMPLETED)
-    & (Q(result__isError__isnull=True) | Q(result__isError=False)),
-    "rejected": Q(state=TaskState.COMPLETED, result__isError=True),
+    & (Q(result__isError__isnull=True) | Q(result__isError=False))
+    & ~Q(outcome=REJECTED),
+    "rejected": Q(state=TaskState.COMPLETED) & (_TOOL_ERROR | Q(outcome=REJECTED)),
     "failed": Q(state=TaskState.FAILED),
     "cancelled": Q(state=TaskState.CANCELLED),
 }
@@ -614,6 +617,11 @@ AUDIT_ACTIONS = (
     "task.started",
     "task.input_requested",
     "task.input_answered",
+    "approval.approved",
+    "approval.rejected",
+    "approval.gate_opened",
+    "approval.policy_changed",
+    "approval.group_changed",
     "task.input_timed_out",
     "task.sleeping",
     "task.woken",

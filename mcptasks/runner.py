@@ -27,13 +27,14 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.record import Actor
-from mcptasks import failures, lifecycle
+from mcptasks import approval_policies, failures, lifecycle
 from mcptasks.interrupt import async_raise
 from mcptasks.lifecycle import InputSpec, error_object
 from mcptasks.models import (
     Audience,
     Effect,
     EffectState,
+    InputKind,
     InputRequest,
     InputState,
     Task,
@@ -234,11 +235,26 @@ class TaskContext(ToolContext):
                     audience=audience,
                     forbid_self_approval=question.forbid_self_approval,
                     deadline_at=timezone.now() + timedelta(seconds=timeout) if timeout else None,
+                    kind=InputKind.APPROVAL if question.gate is not None else InputKind.FORM,
+                    gate=self._gate_of(key, question.gate),
                 )
             )
         if specs:
             self._suspend_for(specs)
         return {key: self._answer_of(key) for key in questions}
+
+    def _gate_of(self, key: str, gate: dict[str, Any] | None) -> dict[str, Any]:
+        """An approval gate as declared, its policy tightened by the tenant's stored rule."""
+        if gate is None:
+            return {}
+        policy = approval_policies.resolve(
+            tenant_id=self.task.tenant_id,
+            tool_name=self.task.tool_name,
+            key=key,
+            arguments=self.task.arguments,
+            default=gate.get("policy") or {},
+        )
+        return {**gate, "policy": policy}
 
     def _answer_of(self, key: str) -> Answer:
         request = self.inputs[key]

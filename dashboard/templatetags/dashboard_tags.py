@@ -99,8 +99,13 @@ def state_label(state: str) -> str:
 
 
 @register.simple_tag
-def state_badge(state: str) -> SafeString:
-    """The internal state as a badge toned by what it asks of people."""
+def state_badge(state: str, outcome: str = "") -> SafeString:
+    """The internal state as a badge toned by what it asks of people; a completed task whose
+    approval was rejected shows *rejected*, never a green "completed"."""
+    if outcome == "rejected":
+        return format_html(
+            '<span class="badge tone-{}" data-state="rejected">rejected</span>', "bad"
+        )
     try:
         status = WIRE_STATUS[TaskState(state)]
     except ValueError:
@@ -148,6 +153,9 @@ ACTION_LABELS = {
     "task.started": "Attempt started",
     "task.input_requested": "Input requested",
     "task.input_answered": "Input answered",
+    "approval.approved": "Approved",
+    "approval.rejected": "Rejected",
+    "approval.gate_opened": "Approval gate opened",
     "task.input_timed_out": "Input timed out",
     "task.sleeping": "Sleeping",
     "task.woken": "Woken",
@@ -218,6 +226,15 @@ def audit_summary(event: Any) -> str:
             parts.append(f"ref {_text(data['external_ref'])}")
         if data.get("note"):
             parts.append(f"— {_text(data['note'])}")
+    elif action in ("approval.approved", "approval.rejected"):
+        parts.append(
+            f"{_text(data.get('key', '?'))} via {_text(data.get('via', '?'))} "
+            f"({_text(data.get('approvals', '?'))} of {_text(data.get('required', '?'))})"
+        )
+        if data.get("comment"):
+            parts.append(f"— {_text(data['comment'])}")
+    elif action == "task.completed" and data.get("outcome") == "rejected":
+        parts.append("rejected")
     elif action in ("delegation.granted", "delegation.revoked"):
         role = "approver" if data.get("delegation") == "answer" else "viewer"
         parts.append(f"{_text(data.get('grantee', '?'))} as {role}")

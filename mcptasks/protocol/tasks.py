@@ -10,10 +10,10 @@ from typing import Any
 
 from audit.record import Actor
 from mcptasks import access, lifecycle, limits, metrics, queries, wire
-from mcptasks.models import Task, TaskState
+from mcptasks.models import Audience, InputKind, InputRequest, InputState, Task, TaskState
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import invalid_params
-from mcptasks.tools.answers import InvalidAnswer, validate_response
+from mcptasks.tools.answers import InvalidAnswer, validate_response, verdict_of
 from mcptasks.tools.context import declares_input_kind
 
 ACK = {"resultType": "complete"}
@@ -82,26 +82,62 @@ def handle_tasks_update(call: Call) -> dict[str, Any]:
     task = _visible_task(call)
     user = call.principal.user
     outstanding = {r.key: r for r in access.answerable_requests(user, task, channel="mcp")}
+    gates = _pending_gates(task, list(responses))
     accepted: dict[str, dict[str, Any]] = {}
     for key, response in responses.items():
         request = outstanding.get(key)
+        if request is None and key in gates:
+            # A gate this client's user may not decide on: refused with access's reason, the
+            # same as the dashboard and the REST API give.
+            refusal = access.may_decide(user, gates[key], task)
+            raise invalid_params(f"inputResponses[{key!r}]: {refusal.reason}", {"key": key})
         if request is None:
             continue  # never issued, answered, superseded or not this client's: ignored
         try:
             accepted[key] = validate_response(request.method, request.params, response)
+            if key in gates:
+                verdict_of(accepted[key])
         except InvalidAnswer as exc:
             raise invalid_params(f"inputResponses[{key!r}]: {exc}", {"key": key}) from None
     actor = Actor.for_user(user, kind="principal")
     statuses = dict.fromkeys(responses, NOT_TAKEN)
     for key, response in accepted.items():
         try:
+            if key in gates:
+                verdict, comment = verdict_of(response)
+                lifecycle.task_decide_approval(
+                    task_id=task.pk,
+                    key=key,
+                    reviewer=user,
+                    verdict=verdict,
+                    comment=comment,
+                    actor=actor,
+                    via="mcp",
+                )
+                continue
             lifecycle.task_answer_input(
                 task_id=task.pk, key=key, response=response, actor=actor, via="mcp"
             )
+        except lifecycle.DecisionRefused as exc:
+            raise invalid_params(f"inputResponses[{key!r}]: {exc}", {"key": key}) from None
         except lifecycle.LifecycleError:
             continue  # answered concurrently, or the task moved on: nothing outstanding
         statuses[key] = TAKEN
     return {**ACK, "_meta": {INPUT_RESPONSES_META: statuses}}
+
+
+def _pending_gates(task: Task, keys: list[Any]) -> dict[str, InputRequest]:
+    """The pending client-audience approval gates of ``task`` among ``keys`` (those MCP
+    carries; an operator gate's key is ignored on MCP like any request not this client's)."""
+    return {
+        r.key: r
+        for r in task.input_requests.filter(
+            kind=InputKind.APPROVAL,
+            state=InputState.PENDING,
+            audience=Audience.ANY,
+            key__in=[str(k) for k in keys],
+        )
+    }
 
 
 def handle_tasks_cancel(call: Call) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from mcptasks.tools.context import (
     Answer,
+    ApprovalOutcome,
+    ApprovalPolicy,
     EffectKey,
     Question,
     ToolContext,
@@ -10,4 +12,14 @@ from mcptasks.tools.context import (
 )
 from mcptasks.tools.registry import tool
 
-__all__ = ["Answer", "EffectKey", "Question", "ToolContext", "ToolError", "WaitTimedOut", "tool"]
+__all__ = [
+    "Answer",
+    "ApprovalOutcome",
+    "ApprovalPolicy",
+    "EffectKey",
+    "Question",
+    "ToolContext",
+    "ToolError",
+    "WaitTimedOut",
+    "tool",
+]

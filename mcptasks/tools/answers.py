@@ -32,6 +32,20 @@ class InvalidAnswer(ValueError):
     """The response does not fit the request; the message says why."""
 
 
+def verdict_of(response: dict[str, Any]) -> tuple[str, str]:
+    """The (verdict, comment) of a validated answer to an approval gate: ``accept`` with
+    ``content.decision`` approve or reject; a reject needs a comment."""
+    content = response.get("content") or {}
+    if response.get("action") != "accept" or content.get("decision") not in ("approve", "reject"):
+        raise InvalidAnswer(
+            "an approval is decided with action accept and decision approve or reject"
+        )
+    comment = str(content.get("comment") or "").strip()
+    if content["decision"] == "reject" and not comment:
+        raise InvalidAnswer("a reject needs a comment saying why")
+    return content["decision"], comment
+
+
 def validate_response(method: str, params: dict[str, Any], response: Any) -> dict[str, Any]:
     """Return the response if it answers a ``method`` request with ``params``; else raise."""
     if not isinstance(response, dict):

@@ -101,6 +101,89 @@ class Answer:
 
 
 @dataclass(frozen=True)
+class ApprovalPolicy:
+    """Who must approve a gate: ``required`` approvals from the eligible set — holders of
+    ``roles`` in the task's tenant, members of its reviewer ``groups``, the named ``users``
+    (usernames) and, with ``named_approvers``, the task's named approvers. Never the requester, the issuer of the creating
+    token, or an auditor (access.may_decide). ``audience`` ``client`` lets the calling client
+    decide through ``tasks/update`` (its requester rule still holds)."""
+
+    required: int = 1
+    roles: tuple[str, ...] = ("operator",)
+    groups: tuple[str, ...] = ()
+    users: tuple[str, ...] = ()
+    audience: str = "operator"
+    named_approvers: bool = True  # may an operator name an approver of one task?
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "required": self.required,
+            "roles": list(self.roles),
+            "groups": list(self.groups),
+            "users": list(self.users),
+            "audience": self.audience,
+            "named_approvers": self.named_approvers,
+        }
+
+
+# The form an approval gate shows a client (tasks/update): a decision and a comment.
+GATE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {"type": "string", "enum": ["approve", "reject"], "title": "Decision"},
+        "comment": {"type": "string", "title": "Comment (required to reject)"},
+    },
+    "required": ["decision"],
+}
+
+
+@dataclass(frozen=True)
+class ReviewerDecision:
+    reviewer: str
+    verdict: str
+    comment: str
+    at: str
+
+
+@dataclass(frozen=True)
+class ApprovalOutcome:
+    """What an approval gate came to: ``approved``, ``rejected`` (with the rejecting comment)
+    or ``expired`` (the gate's wait ran out and the tool asked to handle it)."""
+
+    status: str
+    decisions: tuple[ReviewerDecision, ...] = ()
+
+    @property
+    def approved(self) -> bool:
+        return self.status == "approved"
+
+    @property
+    def rejected(self) -> bool:
+        return self.status == "rejected"
+
+    @property
+    def comment(self) -> str:
+        """The rejecting reviewer's comment (empty unless rejected)."""
+        return next((d.comment for d in self.decisions if d.verdict == "reject"), "")
+
+    @classmethod
+    def from_response(cls, response: dict[str, Any]) -> ApprovalOutcome:
+        content = response.get("content") or {}
+        return cls(
+            status=str(content.get("outcome", "rejected")),
+            decisions=tuple(
+                ReviewerDecision(
+                    reviewer=str(d.get("reviewer", "")),
+                    verdict=str(d.get("verdict", "")),
+                    comment=str(d.get("comment", "")),
+                    at=str(d.get("at", "")),
+                )
+                for d in content.get("decisions") or []
+            ),
+        )
+
+
+@dataclass(frozen=True)
 class Question:
     """One elicitation: a message, a flat JSON schema, and who may answer."""
 
@@ -110,6 +193,8 @@ class Question:
     forbid_self_approval: bool = False
     before_task: bool = False
     timeout_s: float | None = None
+    # Set for an approval gate (ctx.approve): {"summary": {...}, "policy": {...}}.
+    gate: dict[str, Any] | None = None
 
     def params(self) -> dict[str, Any]:
         return {"mode": "form", "message": self.message, "requestedSchema": self.schema}
@@ -163,6 +248,37 @@ class ToolContext:
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         """Ask several questions at once; returns when every one is answered."""
         raise NotImplementedError
+
+    def approve(
+        self,
+        key: str,
+        message: str,
+        *,
+        summary: dict[str, Any] | None = None,
+        policy: ApprovalPolicy | None = None,
+        timeout_s: float | None = None,
+    ) -> ApprovalOutcome:
+        """An approval gate: suspends until the policy's reviewers have decided — open at
+        ``required`` approvals, closed at the first reject — and returns the outcome. Only in
+        a task. ``summary`` names what is approved (shown to reviewers, e.g. service, version)."""
+        policy = policy or ApprovalPolicy()
+        if policy.required < 1 or policy.audience not in ("operator", "client"):
+            raise ToolDefinitionError(
+                "an approval policy needs required >= 1 and audience operator or client"
+            )
+        question = Question(
+            message=message,
+            schema=GATE_SCHEMA,
+            # A client-audience gate may also be decided from an MCP client (tasks/update).
+            audience="any" if policy.audience == "client" else "operator",
+            forbid_self_approval=True,
+            timeout_s=timeout_s,
+            gate={"summary": dict(summary or {}), "policy": policy.as_json()},
+        )
+        answer = self.ask_many({key: question})[key]
+        if answer.action == "timeout":
+            return ApprovalOutcome(status="expired")
+        return ApprovalOutcome.from_response(answer.raw)
 
     def sample(
         self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256, **params: Any

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from mcptasks.tools import ToolContext, ToolError, WaitTimedOut, tool
+from mcptasks.tools import ApprovalPolicy, ToolContext, ToolError, WaitTimedOut, tool
 from mcptasks.tools.fakes import fake_cloud
 
 # How long cloud_job waits for the backend to know a job it submitted.
@@ -26,22 +26,27 @@ def deploy_service(
         "build", lambda key: fake_cloud.build(key, service, version), idempotent=True
     )
     if environment == "production":
-        approval = ctx.ask(
+        approval = ctx.approve(
             "approval",
             f"Approve rollout of {service} {version} to production?",
-            {
-                "type": "object",
-                "properties": {
-                    "approve": {"type": "boolean", "title": "Approve the rollout"},
-                    "comment": {"type": "string", "title": "Comment"},
-                },
-                "required": ["approve"],
+            summary={
+                "service": service,
+                "version": version,
+                "environment": environment,
+                "build": build["build_id"],
             },
-            audience="operator",
-            forbid_self_approval=True,
+            policy=ApprovalPolicy(required=1, roles=("operator",)),
         )
-        if not approval.accepted or not approval.content.get("approve"):
-            raise ToolError(f"Rollout of {service} {version} was not approved")
+        if not approval.approved:
+            # Completed on the wire, with a result that says so; the rollout never runs.
+            return {
+                "status": approval.status,
+                "service": service,
+                "version": version,
+                "environment": environment,
+                "build": build["build_id"],
+                "comment": approval.comment,
+            }
     ctx.report(f"Rolling out {service} {version} to {environment}")
     rollout = ctx.effect(
         "rollout", lambda key: fake_cloud.rollout(key, service, version, environment)
@@ -50,6 +55,7 @@ def deploy_service(
     # step's outcome is then {"external_ref": <what the operator found>, "reconciled": True}.
     rollout_id = rollout["external_ref"] if rollout.get("reconciled") else rollout["rollout_id"]
     return {
+        "status": "deployed",
         "service": service,
         "version": version,
         "environment": environment,

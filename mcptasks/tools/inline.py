@@ -152,7 +152,7 @@ class InlineContext(ToolContext):
         if self.pre_task and not all(q.before_task for q in questions.values()):
             raise StartTask()
         for key, question in questions.items():
-            if question.audience != "client" or question.forbid_self_approval:
+            if question.audience != "client" or question.forbid_self_approval or question.gate:
                 raise TaskRequired(key)
             secret = form_secret_fields(question.schema)
             if secret:

@@ -111,7 +111,8 @@ TASK_CASES: list[Case] = [
         "api-task-grant",
         "post",
         lambda w, t: f"{V1}/tasks/{w.gate[t].pk}/delegations/grant",
-        {"user": "carl", "delegation": "answer"},
+        # carl is an auditor: he may be named viewer, never approver (issue 21).
+        {"user": "carl", "delegation": "view"},
     ),
     (
         "api-task-revoke",
@@ -121,6 +122,12 @@ TASK_CASES: list[Case] = [
     ),
 ]
 OTHER_CASES: list[Case] = [
+    (
+        "api-approval-decide",
+        "post",
+        lambda w, t: f"{V1}/approvals/{w.gate[t].pk}/approve/decisions",
+        {"verdict": "approve"},
+    ),
     ("api-audit-exports", "post", lambda w, t: f"{V1}/audit/exports", {"tenant": "globex"}),
     ("api-audit-export-file", "get", lambda w, t: w.export["file"], None),
     ("api-audit-export-manifest", "get", lambda w, t: w.export["manifest_url"], None),
@@ -128,7 +135,14 @@ OTHER_CASES: list[Case] = [
     ("api-token-revoke", "post", lambda w, t: f"{V1}/tokens/{w.bob_token.pk}/revoke", {}),
 ]
 # Lists are not objects: they show alice nothing of globex (or refuse her outright).
-LIST_CASES = ["api-tasks", "api-audit-events", "api-tokens"]
+LIST_CASES = [
+    "api-tasks",
+    "api-audit-events",
+    "api-tokens",
+    "api-approvals",
+    "api-approval-policies",
+    "api-reviewer-groups",
+]
 
 
 def call(client: Any, method: str, path: str, body: Any) -> Any:

@@ -30,7 +30,8 @@ def answer_path(task_id: str, key: str) -> str:
     return f"{TASKS}/{task_id}/input-requests/{key}/answer"
 
 
-APPROVE = {"response": {"action": "accept", "content": {"approve": True}}}
+# The demo deploy's approval is a gate: its answer is a reviewer's decision.
+APPROVE = {"response": {"action": "accept", "content": {"decision": "approve"}}}
 
 
 # ---------------------------------------------------------------- list
@@ -178,17 +179,18 @@ def test_requester_cannot_approve_own_deploy_but_an_operator_can(
     (request,) = detail["input_requests"]
     assert request["state"] == "answered" and request["answered_by"] == "olga"
     assert request["answered_via"] == "api"
-    assert request["response"] == {"action": "accept", "content": {"approve": True}}
-    event = AuditEvent.objects.get(task_id=task.pk, action="task.input_answered")
+    assert request["response"]["content"]["outcome"] == "approved"
+    assert [d["reviewer"] for d in request["response"]["content"]["decisions"]] == ["olga"]
+    event = AuditEvent.objects.get(task_id=task.pk, action="approval.approved")
     assert event.actor_display == "olga" and event.actor_kind == "operator"
     assert event.data["via"] == "api"
 
 
 def test_answer_is_validated_against_the_request_schema(api: Any, paused_deploy: Any) -> None:
     task = paused_deploy("alice")
-    wrong = {"response": {"action": "accept", "content": {"approve": "yes"}}}
+    wrong = {"response": {"action": "accept", "content": {"decision": "yes"}}}
     body = problem(api("olga").post(answer_path(task.pk, "approval"), wrong), 422)
-    assert "approve" in body["detail"] and "boolean" in body["detail"]
+    assert "decision" in body["detail"] and "'approve'" in body["detail"]
     problem(api("olga").post(answer_path(task.pk, "approval"), {"response": {"action": "ok"}}), 422)
     problem(api("olga").post(answer_path(task.pk, "approval"), {}), 422)
     assert InputRequest.objects.get(task=task, key="approval").state == "pending"

@@ -165,7 +165,7 @@ def test_every_lifecycle_verb_action_is_listed() -> None:
     in_lifecycle = {
         value
         for value in string_literals()
-        if re.fullmatch(r"(task|effect|delegation)\.[a-z_]+", value)
+        if re.fullmatch(r"(task|effect|delegation|approval)\.[a-z_]+", value)
     }
     lifecycle_source = Path(lifecycle.__file__).read_text()
     in_lifecycle = {action for action in in_lifecycle if f'"{action}"' in lifecycle_source}

@@ -78,16 +78,17 @@ def test_operator_approves_a_production_deploy_and_everything_updates_live(
 
     card.get_by_role("link", name="Answer").click()
     inbox.wait_for_url(f"**/tasks/{task_id}/inputs/approval/")
-    expect(inbox.get_by_label("Approve the rollout")).to_be_visible()
+    # An approval gate: what is approved, and Approve / Reject (issue 21).
+    expect(inbox.locator("[data-summary]")).to_contain_text("billing")
+    expect(inbox.locator("[data-summary]")).to_contain_text("2.0.0")
     shoot(inbox, "approval-form")
-    inbox.get_by_label("Approve the rollout").check()
-    inbox.locator('[name="content-comment"]').fill("Looks good")
-    inbox.locator('[name="decision-comment"]').fill("Change CHG-42 approved by CAB")
-    inbox.locator('button[value="accept"]').click()
+    inbox.locator('[name="approval-comment"]').fill("Change CHG-42 approved by CAB")
+    inbox.locator('button[value="approve"]').click()
     inbox.wait_for_url(f"**/tasks/{task_id}/#timeline")
-    expect(inbox.locator(".message.success")).to_contain_text("Answered 'approval': accept")
+    expect(inbox.locator(".message.success")).to_contain_text("Approved 'approval'")
     expect(detail.locator("#sec-timeline")).to_contain_text(
-        "approval: accept via dashboard", timeout=LIVE_TIMEOUT
+        "Approved approval via dashboard (1 of 1) — Change CHG-42 approved by CAB",
+        timeout=LIVE_TIMEOUT,
     )  # the open tab, live
 
     assert backend.run_task(task_id) == "completed"
@@ -130,7 +131,7 @@ def test_requester_cannot_approve_her_own_deployment_and_sees_why(sign_in, mcp_a
     response = page.goto(f"/tasks/{task_id}/inputs/approval/")
     assert response.status == 403
     expect(page.locator("[data-refusal]")).to_contain_text("separation of duties")
-    expect(page.locator('[name="content-approve"]')).to_have_count(0)
+    expect(page.locator('button[value="approve"]')).to_have_count(0)
     assert not alice.csp_violations()
 
 
@@ -186,9 +187,8 @@ def test_force_cancel_reconcile_and_named_approver_all_show_in_the_timeline(
     card = adam.page.locator(f'#inbox [data-task-id="{gated}"]')
     expect(card).to_be_visible()
     card.get_by_role("link", name="Answer").click()
-    adam.page.get_by_label("Approve the rollout").check()
-    adam.page.locator('button[value="accept"]').click()
-    expect(adam.page.locator("#sec-timeline")).to_contain_text("approval: accept via dashboard")
+    adam.page.locator('button[value="approve"]').click()
+    expect(adam.page.locator("#sec-timeline")).to_contain_text("Approved approval via dashboard")
     expect(adam.page.locator("#sec-inputs")).to_contain_text("by adam")
     assert backend.run_task(gated) == "completed"
     expect(head_state(page)).to_have_attribute("data-state", "completed", timeout=LIVE_TIMEOUT)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from mcptasks.runner import run_task
 from tests.faults import conftest as fault_fixtures
 from tests.faults import harness
 from tests.protocol import conftest as protocol_fixtures
@@ -106,3 +107,23 @@ def audit_of() -> Callable[..., list[tuple[str, str, dict[str, Any]]]]:
         return list(rows.values_list("action", "actor_display", "data"))
 
     return events
+
+
+PRODUCTION_DEPLOY = {"service": "billing", "version": "1.4.2", "environment": "production"}
+
+
+@pytest.fixture
+def start(run_jobs: Any, mcp_for: Callable[[str], Any]) -> Callable[..., str]:
+    """``start()`` → the id of alice's ``deploy_service`` task, run until it waits for its
+    approval (jobs go to the in-process queue, which nothing drains: run_task runs them)."""
+
+    def start_task(
+        tool: str = "deploy_service", arguments: dict[str, Any] | None = None, owner: str = "alice"
+    ) -> str:
+        reply = mcp_for(owner).tool(tool, PRODUCTION_DEPLOY if arguments is None else arguments)
+        assert reply.result["resultType"] == "task", reply.body
+        task_id: str = reply.result["taskId"]
+        assert run_task(task_id) in ("awaiting_operator", "awaiting_input")
+        return task_id
+
+    return start_task

@@ -19,34 +19,18 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from mcptasks import access
-from mcptasks.models import ApiToken, InputRequest, Task
+from mcptasks.models import ApiToken, ApprovalDecision, InputRequest, Task
 from mcptasks.runner import run_task
 from mcptasks.tools.fakes import fake_cloud
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 DEPLOY = {"service": "billing", "version": "1.4.2", "environment": "production"}
-APPROVE = {"action": "accept", "content": {"approve": True, "comment": "looks good"}}
+# The gate's answer on MCP and the REST answer endpoint: a reviewer's decision (issue 21).
+APPROVE = {"action": "accept", "content": {"decision": "approve", "comment": "looks good"}}
 SELF_APPROVAL_REFUSED = "the requester may not approve their own request"
 
 AuditOf = Callable[..., list[tuple[str, str, dict[str, Any]]]]
-
-
-@pytest.fixture
-def start(run_jobs: Any, mcp_for: Callable[[str], Any]) -> Callable[..., str]:
-    """``start()`` → the id of alice's ``deploy_service`` task, run until it waits for its
-    approval (jobs go to the in-process queue, which nothing drains: run_task runs them)."""
-
-    def start_task(
-        tool: str = "deploy_service", arguments: dict[str, Any] | None = None, owner: str = "alice"
-    ) -> str:
-        reply = mcp_for(owner).tool(tool, DEPLOY if arguments is None else arguments)
-        assert reply.result["resultType"] == "task", reply.body
-        task_id: str = reply.result["taskId"]
-        assert run_task(task_id) in ("awaiting_operator", "awaiting_input")
-        return task_id
-
-    return start_task
 
 
 @pytest.fixture
@@ -84,17 +68,18 @@ def answer_url(task_id: str) -> str:
 
 
 def post_form(client: Client, task_id: str) -> Any:
-    """The dashboard's answer form, filled in: accept, approve ticked, a comment."""
+    """The dashboard's approval page, submitted: Approve, with a comment."""
     return client.post(
         reverse("dashboard:answer", args=[task_id, "approval"]),
-        {"decision-action": "accept", "content-approve": "on", "content-comment": "looks good"},
+        {"approval-verdict": "approve", "approval-comment": "looks good"},
     )
 
 
 def assert_still_waiting(task_id: str, audit_of: AuditOf) -> None:
     assert approval(task_id).state == "pending"
     assert Task.objects.get(pk=task_id).state == "awaiting_operator"
-    assert audit_of(task_id, "task.input_answered") == []
+    assert audit_of(task_id, "task.input_answered", "approval.approved") == []
+    assert not ApprovalDecision.objects.filter(task_id=task_id).exists()
 
 
 def assert_answered(task_id: str, *, by: str, via: str, audit_of: AuditOf) -> None:
@@ -105,9 +90,13 @@ def assert_answered(task_id: str, *, by: str, via: str, audit_of: AuditOf) -> No
         via,
     )
     assert [
-        (who, data["via"], data["action"])
-        for _, who, data in audit_of(task_id, "task.input_answered")
-    ] == [(by, via, "accept")]
+        (who, data["via"], data["comment"])
+        for _, who, data in audit_of(task_id, "approval.approved")
+    ] == [(by, via, "looks good")]
+    assert [
+        (d.reviewer.username, d.verdict, d.via)
+        for d in ApprovalDecision.objects.filter(task_id=task_id)
+    ] == [(by, "approve", via)]
     # The approved rollout runs to the end.
     assert run_task(task_id) == "completed"
     content = Task.objects.get(pk=task_id).result["structuredContent"]

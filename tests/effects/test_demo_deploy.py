@@ -40,11 +40,13 @@ def approved(
     def make() -> str:
         task_id: str = mcp_for("alice").tool("deploy_service", DEPLOY).result["taskId"]
         assert run_task(task_id) == "awaiting_operator"
-        lifecycle.task_answer_input(
+        lifecycle.task_decide_approval(
             task_id=task_id,
             key="approval",
+            reviewer=users["olga"],
+            verdict="approve",
+            comment="",
             via="dashboard",
-            response={"action": "accept", "content": {"approve": True}},
             actor=Actor.for_user(users["olga"], kind="operator"),
         )
         return task_id

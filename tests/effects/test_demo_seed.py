@@ -37,6 +37,13 @@ def test_seeded_deploy_pauses_for_an_operator_approval(run_jobs: Any) -> None:
         True,
     )
     assert "production" in request.params["message"]
+    # Two approvals from acme's release managers (issue 21), never alice.
+    policy = request.gate["policy"]
+    assert (policy["required"], policy["groups"]) == (2, ["release-managers"])
+    assert not access.may_decide(deploy.principal, request, deploy)
+    for name in ("olga", "amy"):
+        assert access.may_decide(get_user_model().objects.get(username=name), request, deploy)
+    assert not access.may_decide(get_user_model().objects.get(username="carl"), request, deploy)
     # The build ran (once) before the gate; the rollout waits behind it.
     assert [c["kind"] for c in fake_cloud.calls() if c["key"].startswith(deploy.pk)] == ["build"]
     # Working on the wire, waiting for an operator; in olga's inbox, not in alice's.

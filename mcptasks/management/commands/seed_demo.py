@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from mcptasks.models import ApiToken, Membership, Role, Task, Tenant
+from mcptasks.models import ApiToken, Membership, ReviewerGroup, Role, Task, Tenant
 
 # (username, staff, [(tenant, role)], password) — the fixed cast of STYLE rule 16.
 CAST: list[tuple[str, bool, list[tuple[str, str]]]] = [
@@ -51,6 +51,31 @@ def seed_cast(*, with_tokens: bool = True) -> dict[str, dict[str, Any]]:
     return cast
 
 
+# The demo's two-approval production deploy (issue 21): acme's release managers, two of whom
+# must approve deploy_service to production.
+# (Both can see the tenant's tasks: a reviewer must, see docs/tools.md "Approval gates".)
+RELEASE_MANAGERS = ("olga", "amy")
+
+
+def seed_release_managers(cast: dict[str, dict[str, Any]]) -> None:
+    from audit.record import Actor
+    from mcptasks import approval_policies
+
+    acme = Tenant.objects.get(slug="acme")
+    group, _ = ReviewerGroup.objects.get_or_create(tenant=acme, name="release-managers")
+    group.members.add(*(cast[name]["user"] for name in RELEASE_MANAGERS))
+    approval_policies.save_rule(
+        tenant=acme,
+        actor=Actor.for_user(cast["amy"]["user"]),
+        created_by=cast["amy"]["user"],
+        tool_name="deploy_service",
+        argument="environment",
+        value="production",
+        required=2,
+        groups=["release-managers"],
+    )
+
+
 class Command(BaseCommand):
     help = "Seed demo tenants, users, tokens and tasks (prints the tokens once)."
 
@@ -65,6 +90,7 @@ class Command(BaseCommand):
             return
         with transaction.atomic():
             cast = seed_cast()
+            seed_release_managers(cast)
         from mcptasks.demo_tasks import seed_demo_tasks
 
         seed_demo_tasks(cast)
