@@ -423,7 +423,11 @@ MAX_PROBLEMS = 20
 
 
 def verify_export(
-    export: BinaryIO, manifest: dict[str, Any], *, trusted_keys: dict[str, str] | None = None
+    export: BinaryIO,
+    manifest: dict[str, Any],
+    *,
+    trusted_keys: dict[str, str] | None = None,
+    anchors: dict[str, dict[int, Any]] | None = None,
 ) -> ExportCheck:
     """Check an export against its manifest and the stored chains.
 
@@ -431,7 +435,9 @@ def verify_export(
     row's hash recomputed from its content; links between consecutive rows; the order, filters,
     count and per-chain spans the manifest states; that each exported event is stored with the
     same hash (or was purged by retention since); that the manifest's chain heads and its
-    ``audit.exported`` event are in the chains.
+    ``audit.exported`` event are in the chains; with ``anchors`` (chain → seq →
+    :class:`audit.digests.Anchor`, from the digest files), that every exported event a digest
+    attests has the attested hash.
     """
     check = ExportCheck()
     try:
@@ -447,7 +453,7 @@ def verify_export(
         return check
     digest = hashlib.sha256()
     rows = _parse(_hashing(export, digest), fmt, check)
-    _check_rows(rows, manifest, check)
+    _check_rows(rows, manifest, check, anchors or {})
     if digest.hexdigest() != manifest.get("content_sha256"):
         check.problems.insert(
             0,
@@ -495,7 +501,10 @@ def _problem(check: ExportCheck, message: str) -> None:
 
 
 def _check_rows(
-    rows: Iterator[dict[str, Any]], manifest: dict[str, Any], check: ExportCheck
+    rows: Iterator[dict[str, Any]],
+    manifest: dict[str, Any],
+    check: ExportCheck,
+    anchors: dict[str, dict[int, Any]],
 ) -> None:
     filters = ExportFilters.from_dict(manifest.get("filters") or {})
     spans: dict[str, ChainSpan] = {}
@@ -513,6 +522,13 @@ def _check_rows(
             continue
         if computed != event["hash"]:
             _problem(check, f"{where}: content does not match its hash")
+        anchor = anchors.get(event["chain"], {}).get(event["seq"])
+        if anchor is not None and anchor.hash != event["hash"]:
+            _problem(
+                check,
+                f"{where}: the digest of {anchor.hour} ({anchor.name}) attests another hash: "
+                f"events after seq {anchor.previous_seq} were rewritten after {anchor.hour}",
+            )
         if previous is not None:
             if (previous["chain"], previous["seq"]) >= (event["chain"], event["seq"]):
                 _problem(check, f"{where}: rows are not in chain and sequence order")
