@@ -22,6 +22,7 @@ from django.db.models import Count, DateTimeField, ExpressionWrapper, F, Q, Subq
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
+from audit import holds
 from audit.record import Actor, record
 from mcptasks import events, metrics
 from mcptasks.canonical import digest
@@ -976,7 +977,8 @@ def task_expire(*, task_id: str) -> Task:
 
 
 def task_purge(*, task_id: str) -> bool:
-    """Delete a terminal task past its TTL plus the grace period. Audit rows stay."""
+    """Delete a terminal task past its TTL plus the grace period, unless a legal hold covers
+    it (:func:`audit.holds.task_is_held`). Audit rows stay."""
     grace = timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
     with transaction.atomic():
         task = (
@@ -984,7 +986,7 @@ def task_purge(*, task_id: str) -> bool:
             .filter(pk=task_id, state__in=TERMINAL_STATES, expires_at__lte=timezone.now() - grace)
             .first()
         )
-        if task is None:
+        if task is None or holds.task_is_held(task.tenant_id, task.pk):
             return False
         deleted, _ = Task.objects.filter(pk=task_id, state__in=TERMINAL_STATES).delete()
         if not deleted:
