@@ -31,12 +31,12 @@ from django.db.models import Func, Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from audit import signing
+from audit import ocsf, signing
 from audit.chain import ROW_FIELDS, body_of_row, latest_checkpoint, link_hash
 from audit.models import AuditEvent, ChainHead
 from audit.record import Actor, record
 
-FORMATS = ("csv", "jsonl")
+FORMATS = ("csv", "jsonl", "ocsf")  # ocsf: JSONL of OCSF events (audit/ocsf.py)
 EXPORTED_ACTION = "audit.exported"
 MANIFEST_VERSION = 1
 CHUNK_ROWS = 2000
@@ -206,6 +206,15 @@ def _jsonl_chunk(rows: list[tuple[Any, ...]]) -> bytes:
     ).encode("utf-8", "surrogatepass")
 
 
+def _ocsf_chunk(rows: list[tuple[Any, ...]]) -> bytes:
+    lines = []
+    for row in rows:
+        event = dict(zip(ROW_FIELDS, row, strict=True))
+        event["data"] = json.loads(event["data"])
+        lines.append(json.dumps(ocsf.to_ocsf(event), ensure_ascii=False) + "\n")
+    return "".join(lines).encode("utf-8", "surrogatepass")
+
+
 # OWASP's CSV-injection rule: a cell a spreadsheet would read as a formula (it starts with
 # =, +, -, @, a tab or a carriage return) gets a leading apostrophe. A cell that already starts
 # with apostrophes before such a character gets one more, so reading drops exactly one and the
@@ -286,7 +295,7 @@ class ExportStream:
     def __iter__(self) -> Iterator[bytes]:
         if self._done:
             raise RuntimeError("an ExportStream can be iterated once")
-        encode = _csv_chunk if self.format == "csv" else _jsonl_chunk
+        encode = {"csv": _csv_chunk, "jsonl": _jsonl_chunk, "ocsf": _ocsf_chunk}[self.format]
         if self.format == "csv":
             yield self._account(_csv_header())
         for chain, head in self.heads.items():
@@ -472,6 +481,18 @@ def _hashing(export: BinaryIO, digest: Any) -> Iterator[bytes]:
 
 def _parse(lines: Iterator[bytes], fmt: str, check: ExportCheck) -> Iterator[dict[str, Any]]:
     text = (line.decode("utf-8", "surrogatepass") for line in lines)
+    if fmt == "ocsf":
+        for number, line in enumerate(text, start=1):
+            try:
+                rendered = json.loads(line)
+                stored = rendered["unmapped"]["mcptasks_audit"]
+                if rendered != json.loads(json.dumps(ocsf.to_ocsf(stored))):
+                    _problem(check, f"row {number}: the OCSF fields do not render its event")
+            except (ValueError, KeyError, TypeError):
+                _problem(check, f"row {number}: not an OCSF event of this export")
+                continue
+            yield stored
+        return
     if fmt == "jsonl":
         for number, line in enumerate(text, start=1):
             try:
