@@ -172,6 +172,22 @@ class DigestReport:
         return not self.problems
 
 
+def digest_chains() -> list[str]:
+    """Every chain the digest storage holds digests of (a chain deleted from the database
+    entirely still has its digests)."""
+    files = storage()
+    chains = []
+    try:
+        top, _ = files.listdir("")
+        if "system" in top:
+            chains.append("system")
+        if "tenant" in top:
+            chains.extend(f"tenant:{slug}" for slug in files.listdir("tenant")[0])
+    except FileNotFoundError:
+        return []
+    return sorted(chains)
+
+
 def _files_of(chain: str) -> list[str]:
     directory = chain_dir(chain)
     try:

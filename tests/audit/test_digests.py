@@ -189,6 +189,21 @@ def test_verify_export_with_digests_catches_an_export_of_a_rewritten_trail(
     assert f"tenant:acme seq {last}: the digest of 2026-12-01T10:00Z" in text
 
 
+def test_a_chain_deleted_from_the_database_is_still_checked_against_its_digests(
+    record_events: Callable[..., Any], tamper: Callable[[], Any]
+) -> None:
+    record_events(2, tenant="globex")
+    digests.write_digests(now=TEN)
+    with tamper():
+        AuditEvent.objects.filter(chain="tenant:globex").delete()
+        ChainHead.objects.filter(chain="tenant:globex").delete()
+        AuditDigest.objects.filter(chain="tenant:globex").delete()
+    assert "tenant:globex" in digests.digest_chains()
+    ok, out = run("verify_audit", "--digests")
+    assert not ok and "tenant:globex: the digest of 2026-12-01T10:00Z" in out
+    assert "the stored event is gone" in out
+
+
 def test_the_digest_job_writes_through_the_configured_storage(
     record_events: Callable[..., Any], digest_dir: Path
 ) -> None:
