@@ -212,3 +212,13 @@ def test_the_digest_job_writes_through_the_configured_storage(
     record_events(2)
     assert jobs.write_audit_digests.run() >= 1
     assert len(list((digest_dir / "tenant" / "acme").iterdir())) == 1
+
+
+def test_beat_schedules_the_digest_job_at_the_configured_interval() -> None:
+    from django.conf import settings
+
+    from mcptasks import jobs
+
+    entry = settings.CELERY_BEAT_SCHEDULE["audit-digests"]
+    assert entry["task"] == jobs.write_audit_digests.name
+    assert entry["schedule"] == settings.MCPTASKS_AUDIT_DIGEST_INTERVAL_S
