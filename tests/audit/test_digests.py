@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +222,23 @@ def test_beat_schedules_the_digest_job_at_the_configured_interval() -> None:
     entry = settings.CELERY_BEAT_SCHEDULE["audit-digests"]
     assert entry["task"] == jobs.write_audit_digests.name
     assert entry["schedule"] == settings.MCPTASKS_AUDIT_DIGEST_INTERVAL_S
+
+
+def test_digests_of_events_purged_by_retention_are_noted_not_failed(
+    record_events: Callable[..., Any],
+) -> None:
+    import time_machine
+    from django.utils import timezone
+
+    from audit.retention import purge_tenant
+
+    with time_machine.travel(timezone.now() - timedelta(days=40), tick=False):
+        record_events(3)
+        digests.write_digests(now=TEN)  # attests seq 3, which the purge deletes
+        record_events(1)  # purged too: the checkpoint
+    record_events(1)
+    purge_tenant(tenant_slug="acme", older_than_days=30, actor=Actor.system("test"))
+    digests.write_digests(now=ELEVEN)
+    ok, out = run("verify_audit", "--digests", "--tenant", "acme")
+    assert ok, out
+    assert "note    tenant:acme: 1 digests attest events purged by retention" in out
