@@ -9,13 +9,19 @@ unknown username, go to the ``system`` chain.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from audit.record import Actor, record
 from audit.redact import redact_text
+from mcptasks import limits
+from mcptasks.client_ip import client_ip
+
+security_log = logging.getLogger("mcptasks.security")
 
 LOGIN = "auth.login"
 LOGOUT = "auth.logout"
@@ -27,7 +33,7 @@ def _client(request: Any) -> dict[str, Any]:
         return {}
     meta = getattr(request, "META", {})
     return {
-        "ip": meta.get("REMOTE_ADDR", ""),
+        "ip": client_ip(request),
         "user_agent": redact_text(meta.get("HTTP_USER_AGENT", ""))[:200],
         "path": getattr(request, "path", ""),
     }
@@ -69,18 +75,45 @@ def record_logout(*, user: Any, request: Any = None) -> None:
     )
 
 
+def _repeat_worth_recording(count: int) -> bool:
+    """The 1st, 10th, 100th… failure of a window is recorded, with its count."""
+    while count >= 10 and count % 10 == 0:
+        count //= 10
+    return count == 1
+
+
 def record_login_failed(*, credentials: dict[str, Any], request: Any = None) -> None:
     """Record a failed login: in the user's tenant chains when the username is known, else in
-    the ``system`` chain. Only the username is kept (Django already masked the password)."""
+    the ``system`` chain. Only the username is kept (Django already masked the password).
+
+    Repeats are aggregated, so guessing cannot grow a chain without bound: per known user, or
+    per client address for unknown usernames, only the 1st, 10th, 100th… failure within
+    ``MCPTASKS_LOGIN_FAILED_AUDIT_WINDOW_S`` is recorded, carrying ``failures`` (the count so
+    far in the window); the system chain takes at most ``MCPTASKS_LOGIN_FAILED_AUDIT_SYSTEM_MAX``
+    events per window, the rest go to the security log only."""
     user_model = get_user_model()
     username = str(credentials.get(user_model.USERNAME_FIELD) or credentials.get("username") or "")
-    data = {"username": redact_text(username)[:150], **_client(request)}
+    client = _client(request)
     user = (
         user_model._default_manager.filter(**{user_model.USERNAME_FIELD: username}).first()
         if username
         else None
     )
+    window = settings.MCPTASKS_LOGIN_FAILED_AUDIT_WINDOW_S
+    who = f"user:{user.pk}" if user is not None else "system"
+    failures = limits.buckets().count(f"login_failed:{who}:{client.get('ip', '')}", window)
+    if failures and not _repeat_worth_recording(failures):
+        return
+    data = {"username": redact_text(username)[:150], **client, "failures": failures or 1}
+    data["window_s"] = window
     if user is None:
+        recorded = limits.buckets().count("login_failed:system", window)
+        if recorded > settings.MCPTASKS_LOGIN_FAILED_AUDIT_SYSTEM_MAX:
+            security_log.warning(
+                "failed login not audited: the system chain's budget for this window is spent",
+                extra={"event": "security.login_failed_unaudited", "ip": client.get("ip", "")},
+            )
+            return
         record(
             action=LOGIN_FAILED,
             actor=Actor(kind="anonymous", display=data["username"]),

@@ -70,6 +70,7 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
         Task,
         new_task_id,
     )
+    from mcptasks.search import status_text, summary_text
 
     rng = random.Random(7)
     cast = seed_cast()
@@ -90,6 +91,7 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
         "cancel_stuck": 20,
         "running": 50,
         "failed": 100,  # a full page of failed tasks for the state filter at any size
+        "checkout": 30,  # what the text search finds, as many at any size
     }
     special_at = {
         index: kind
@@ -116,6 +118,9 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
         }.get(kind or "", rng.choice(states))
         task_id = new_task_id()
         terminal = state in ("completed", "failed", "cancelled")
+        service = "checkout" if kind == "checkout" else f"svc-{index % 97}"
+        arguments = {"service": service, "version": f"1.{index % 13}.0"}
+        status = {"completed": "Completed", "failed": "Tool crashed"}.get(state, "Working")
         tasks.append(
             Task(
                 id=task_id,
@@ -124,15 +129,15 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
                 tool_name=rng.choice(
                     ("deploy_service", "run_pipeline", "export_dataset", "cloud_job")
                 ),
-                arguments={"service": f"svc-{index % 97}", "version": f"1.{index % 13}.0"},
+                arguments=arguments,
+                search_summary=summary_text(arguments),
+                search_status=status_text(status),
                 argument_digest=f"{index:064x}",
                 server_build="0.1.0+bench",
                 policy_revision="p1",
                 backend_job_id=f"job-{index}" if index % 4 == 0 else "",
                 state=state,
-                status_message={"completed": "Completed", "failed": "Tool crashed"}.get(
-                    state, "Working"
-                ),
+                status_message=status,
                 result={"content": [{"type": "text", "text": "ok"}]}
                 if state == "completed"
                 else None,
@@ -262,6 +267,10 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
     from django.db import connection
 
     with connection.cursor() as cursor:
+        # Bulk inserts leave the search's trigram entries in GIN pending lists; a live database
+        # has them merged by autovacuum, as here.
+        for index in ("task_search_summary_trgm", "task_search_status_trgm"):
+            cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
         cursor.execute("ANALYZE")
     acme_tasks = [row for row in task_rows if row[1] == acme.pk]
     newest_acme = acme_tasks[-1][0]
@@ -380,6 +389,10 @@ def pages(seeded: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("olga", "tasks list, tool + principal", "/tasks/?tool=cloud_job&principal=adam"),
         ("olga", "tasks search by id prefix", f"/tasks/?tenant=&q={newest[:10]}"),
         ("olga", "tasks search by job id", f"/tasks/?tenant=&q={seeded['job_id']}"),
+        ("olga", "tasks search by text (checkout)", "/tasks/?tenant=&q=checkout"),
+        ("olga", "tasks search by requester (adam)", "/tasks/?q=adam"),
+        ("olga", "tasks search by status, sorted", "/tasks/?q=crashed&sort=-updated"),
+        ("olga", "tasks list, outcome=failed", "/tasks/?outcome=failed"),
         ("olga", "task detail", f"/tasks/{newest}/"),
         ("olga", "task detail (approval)", f"/tasks/{seeded['approval_task']}/"),
         ("olga", "audit list (acme)", "/audit/"),

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
@@ -32,6 +33,7 @@ from dashboard.pages import (
     render_fragment,
     render_page,
     tenant_choices,
+    wants_fragment,
 )
 from mcptasks import access, queries, tokens
 from mcptasks.models import Tenant
@@ -112,16 +114,15 @@ def audit_list(request: HttpRequest) -> HttpResponse:
     )
     tenants = {tenant.pk: tenant for tenant in Tenant.objects.all()}
     context = {"form": form, "page": result, "tenants": tenants, "actions": queries.AUDIT_ACTIONS}
-    htmx = getattr(request, "htmx", None)
-    if htmx and htmx.target == "audit-results":
+    if wants_fragment(request, "audit-results"):
         return render_fragment(request, "dashboard/_audit_results.html", context)
     return render_page(request, "dashboard/audit_list.html", context)
 
 
 @page
 @require_GET
-def audit_detail(request: HttpRequest, event_id: int) -> HttpResponse:
-    event = queries.audit_event(request.user, event_id)
+def audit_detail(request: HttpRequest, chain: str, seq: int) -> HttpResponse:
+    event = queries.audit_event(request.user, chain, seq)
     if event is None:
         raise Http404("No such event")
     task_visible = bool(event.task_id) and queries.get_task(request.user, event.task_id) is not None
@@ -258,8 +259,12 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
     }
     reports: dict[str, audit_chain.ChainReport] = {}
     export_check = None
+    status = 200
     if request.method == "POST":
-        if "archive" in request.FILES:
+        too_large = _upload_too_large(request)
+        if too_large is not None:
+            export_check, status = {"ok": False, "problems": [too_large]}, 413
+        elif "archive" in request.FILES:
             export_check = _verify_archive(request.FILES["archive"], request)
         else:
             wanted = request.POST.getlist("chain") or chains
@@ -278,23 +283,74 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
             "export_check": export_check,
             "verified_at": timezone.now() if reports else None,
         },
+        status=status,
     )
 
 
+# A manifest is a few KiB and an exported row is bounded by MCPTASKS_AUDIT_MAX_DATA_BYTES: far
+# longer ones are not an export, and are refused before they are held in memory.
+MAX_MANIFEST_BYTES = 1_048_576
+MAX_ROW_BYTES = 1_048_576
+
+
+def _upload_too_large(request: HttpRequest) -> str | None:
+    """Why the upload is refused unread (its declared size is over the limit), or None."""
+    limit = settings.MCPTASKS_AUDIT_VERIFY_MAX_UPLOAD_BYTES
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    size = int(declared) if declared.isascii() and declared.isdigit() else 0
+    if size > limit:
+        return (
+            f"the upload is {size} bytes; the limit is {limit} "
+            "(MCPTASKS_AUDIT_VERIFY_MAX_UPLOAD_BYTES)"
+        )
+    return None
+
+
+class _BoundedRows:
+    """The export's lines, each at most :data:`MAX_ROW_BYTES` (else ValueError)."""
+
+    def __init__(self, data: Any) -> None:
+        self.data = data
+
+    def __iter__(self) -> Iterator[bytes]:
+        while line := self.data.readline(MAX_ROW_BYTES + 1):
+            if len(line) > MAX_ROW_BYTES:
+                raise ValueError(f"a row is longer than {MAX_ROW_BYTES} bytes")
+            yield line
+
+
+def _archive_members(archive: zipfile.ZipFile) -> tuple[str, str]:
+    """The manifest's and the data file's names, their declared sizes within the limits
+    (zipfile reads no more than a member declares, so the declared sizes bound the work)."""
+    manifest_name = next(n for n in archive.namelist() if n.endswith(".manifest.json"))
+    data_name = manifest_name.removesuffix(".manifest.json")
+    manifest_info, data_info = archive.getinfo(manifest_name), archive.getinfo(data_name)
+    limit = settings.MCPTASKS_AUDIT_VERIFY_MAX_UNCOMPRESSED_BYTES
+    if manifest_info.file_size > MAX_MANIFEST_BYTES:
+        raise ValueError(f"the manifest is larger than {MAX_MANIFEST_BYTES} bytes")
+    if manifest_info.file_size + data_info.file_size > limit:
+        raise ValueError(
+            f"it unpacks to more than {limit} bytes (MCPTASKS_AUDIT_VERIFY_MAX_UNCOMPRESSED_BYTES)"
+        )
+    return manifest_name, data_name
+
+
 def _verify_archive(upload: Any, request: HttpRequest) -> dict[str, Any]:
-    """Verify an export zip made by :func:`audit_export` (events + manifest)."""
+    """Verify an export zip made by :func:`audit_export` (events + manifest), within the
+    upload and unpacked-size limits."""
+    limit = settings.MCPTASKS_AUDIT_VERIFY_MAX_UPLOAD_BYTES
+    if upload.size > limit:
+        return {"ok": False, "problems": [f"the upload is larger than {limit} bytes"]}
     try:
         with zipfile.ZipFile(upload) as archive:
-            names = archive.namelist()
-            manifest_name = next(n for n in names if n.endswith(".manifest.json"))
-            data_name = manifest_name.removesuffix(".manifest.json")
+            manifest_name, data_name = _archive_members(archive)
             manifest = json.loads(archive.read(manifest_name))
             export_chain = (manifest.get("filters") or {}).get("chain") or ""
             tenants = access.audit_tenants(request.user)
             if tenants is not None and export_chain not in _readable_chains(request):
                 return {"ok": False, "problems": ["this export is of a chain you may not read"]}
             with archive.open(data_name) as data:
-                check = verify_export(data, manifest)  # type: ignore[arg-type]
+                check = verify_export(_BoundedRows(data), manifest)  # type: ignore[arg-type]
     except (zipfile.BadZipFile, StopIteration, KeyError, ValueError) as exc:
         return {"ok": False, "problems": [f"not an export archive: {exc}"]}
     return {
@@ -348,6 +404,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
             token, plaintext = tokens.issue_token(
                 user=owner,
                 tenant=tenant,
+                issued_by=user,
                 actor=actor_for(user),
                 name=issue_form.cleaned_data["name"],
                 scopes=issue_form.cleaned_data["scopes"],

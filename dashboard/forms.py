@@ -326,7 +326,8 @@ class DelegationForm(forms.Form):
 
 
 class RevokeDelegationForm(forms.Form):
-    grantee = forms.IntegerField()
+    # A user id in ASCII digits: an IntegerField would read a fullwidth "５" as 5.
+    grantee = forms.RegexField(regex=r"^[0-9]{1,18}\Z")
     delegation = forms.ChoiceField(choices=[("answer", "answer"), ("view", "view")])
 
 
@@ -337,9 +338,35 @@ class TenantSwitchForm(forms.Form):
 class TaskFilterForm(forms.Form):
     """The tasks list's filters (GET)."""
 
-    q = forms.CharField(label="Task or job id", required=False, max_length=200)
+    q = forms.CharField(label="Search", required=False, max_length=200)
     tenant = forms.ChoiceField(required=False)
     state = forms.ChoiceField(required=False)
+    outcome = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "Any outcome"),
+            ("completed", "completed"),
+            ("failed", "failed"),
+            ("rejected", "rejected (tool error)"),
+            ("cancelled", "cancelled"),
+        ],
+    )
+    error_code = forms.IntegerField(
+        label="Error code",
+        required=False,
+        min_value=-(2**31),
+        max_value=2**31 - 1,
+        widget=forms.TextInput(attrs={"placeholder": "-32603", "inputmode": "numeric"}),
+    )
+    sort = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("-created", "newest first"),
+            ("created", "oldest first"),
+            ("-updated", "recently updated"),
+            ("updated", "least recently updated"),
+        ],
+    )
     tool = forms.ChoiceField(required=False)
     principal = forms.CharField(label="Principal", required=False, max_length=150)
     created_from = forms.DateField(

@@ -7,17 +7,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils import timezone
+from django.utils.cache import patch_cache_control, patch_vary_headers
+from django.utils.http import url_has_allowed_host_and_scheme
 
 from audit.record import Actor
 from mcptasks import access, queries
 from mcptasks.models import Membership, Role, Task, Tenant
 
 SESSION_TENANT = "dashboard_tenant"
+# The viewer's IANA time zone, set by the page's script from the browser's: pages show times in
+# it (UTC until the browser has said).
+TIME_ZONE_COOKIE = "mcptasks_tz"
 
 # No inline script or style anywhere: the page loads only its own static files.
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -49,9 +56,44 @@ def with_csp(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpRespons
     return wrapped
 
 
+# What a dashboard response depends on besides its URL and the session: a view answers an htmx
+# request (``HX-Request``, aimed at ``HX-Target``) with a fragment of the page, anything else —
+# a navigation, a reload, Back/Forward, htmx restoring history — with the whole page.
+VARY_ON = ("HX-Request", "HX-Target", "HX-History-Restore-Request")
+
+
+def cache_headers(response: HttpResponseBase) -> HttpResponseBase:
+    """Per-user pages that the browser's cache must never hand to another kind of request:
+    vary on the htmx headers; private and revalidated (fragments set ``no-store`` themselves,
+    so Back, Forward or a shared link never replay one as a page)."""
+    patch_vary_headers(response, VARY_ON)
+    if "Cache-Control" not in response.headers:
+        patch_cache_control(response, private=True, no_cache=True)
+    return response
+
+
+def viewer_time_zone(request: HttpRequest) -> ZoneInfo | None:
+    """The time zone the viewer's browser reported, if it is a real one."""
+    name = request.COOKIES.get(TIME_ZONE_COOKIE, "")
+    if not name or len(name) > 64 or name.startswith(("/", ".")) or ".." in name:
+        return None
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+
+
 def page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
-    """A signed-in dashboard page: login required, CSP sent."""
-    return with_csp(login_required(view))
+    """A signed-in dashboard page: login required, CSP and cache headers sent, times in the
+    viewer's time zone."""
+    secured = with_csp(login_required(view))
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        with timezone.override(viewer_time_zone(request)):
+            return cache_headers(secured(request, *args, **kwargs))
+
+    return wrapped
 
 
 @dataclass
@@ -97,6 +139,67 @@ def current_tenant(request: HttpRequest) -> Tenant | None:
     return choices[0].tenant if choices else None
 
 
+@dataclass(frozen=True)
+class Scope:
+    """The tenant a page shows: one of the user's, or all of them (``tenant`` None)."""
+
+    tenant: Tenant | None
+    error: str = ""
+
+    @property
+    def tenant_id(self) -> int | None:
+        return self.tenant.pk if self.tenant is not None else None
+
+    @property
+    def param(self) -> str:
+        """The scope as the ``tenant`` parameter of a URL ("" for every tenant)."""
+        return self.tenant.slug if self.tenant is not None else ""
+
+
+def scope_of(request: HttpRequest, params: Any) -> Scope:
+    """The tenant scope of a page: its ``tenant`` parameter ("" for all the user's tenants)
+    when the URL has one, else the tenant switcher's — the same rule on every page."""
+    if "tenant" not in params:
+        return Scope(current_tenant(request))
+    slug = params.get("tenant") or ""
+    if not slug:
+        return Scope(None)
+    for choice in tenant_choices(request):
+        if choice.tenant.slug == slug:
+            return Scope(choice.tenant)
+    return Scope(None, error=f"You work in no tenant {slug!r}.")
+
+
+def _counts_by_tenant(request: HttpRequest) -> dict[int, queries.InboxCounts]:
+    cached = getattr(request, "_dashboard_counts", None)
+    if cached is None:
+        cached = queries.inbox_counts_by_tenant(request.user)
+        request._dashboard_counts = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def scope_counts(request: HttpRequest, tenant: Tenant | None) -> queries.InboxCounts:
+    """What waits on the user in ``tenant`` (every tenant when None): the inbox badge."""
+    counts = _counts_by_tenant(request)
+    chosen = (
+        list(counts.values())
+        if tenant is None
+        else [c for t, c in counts.items() if t == tenant.pk]
+    )
+    return queries.InboxCounts(
+        inputs=sum(c.inputs for c in chosen),
+        unknown_effects=sum(c.unknown_effects for c in chosen),
+        stuck_cancels=sum(c.stuck_cancels for c in chosen),
+    )
+
+
+def waiting_elsewhere(request: HttpRequest, tenant: Tenant | None) -> int:
+    """How much waits on the user outside ``tenant`` (so that a scope never hides work)."""
+    if tenant is None:
+        return 0
+    return sum(c.total for t, c in _counts_by_tenant(request).items() if t != tenant.pk)
+
+
 def nav_context(request: HttpRequest) -> dict[str, Any]:
     user = request.user
     choices = tenant_choices(request)
@@ -110,7 +213,7 @@ def nav_context(request: HttpRequest) -> dict[str, Any]:
         "nav_roles": roles,
         "nav_may_audit": audit is None or bool(audit),
         "nav_tokens_admin": tokens_admin is None or bool(tokens_admin),
-        "nav_counts": queries.inbox_counts(user),
+        "nav_counts": scope_counts(request, tenant),
     }
 
 
@@ -122,14 +225,25 @@ def render_page(
     return render(request, template, full, status=status)
 
 
+def wants_fragment(request: HttpRequest, target: str) -> bool:
+    """An htmx swap of the element ``target`` (filters, pager) — not htmx restoring history,
+    which needs the whole page."""
+    htmx = getattr(request, "htmx", None)
+    if not htmx:
+        return False
+    return bool(htmx.target == target and not htmx.history_restore_request)
+
+
 def render_fragment(
     request: HttpRequest, template: str, context: dict[str, Any] | None = None
 ) -> HttpResponse:
     """Render a piece of a page (live updates, htmx swaps) without the navigation's queries."""
     audit = access.audit_tenants(request.user)
-    return render(
+    response = render(
         request, template, {"nav_may_audit": audit is None or bool(audit), **(context or {})}
     )
+    patch_cache_control(response, private=True, no_store=True)
+    return response
 
 
 def denied(request: HttpRequest, reason: str, *, title: str = "Not permitted") -> HttpResponse:
@@ -144,13 +258,27 @@ def start_url_name(user: Any) -> str:
     trail; members and tenant admins on their tasks, or on the inbox while it holds something
     for them (an approval they were named for, a question of their own task)."""
     roles = set().union(*access.roles_by_tenant(user).values())
-    if Role.OPERATOR in roles or access.is_cross_tenant_operator(user):
+    if Role.OPERATOR in roles:
         return "dashboard:inbox"
     if roles == {Role.AUDITOR}:
         return "dashboard:audit"
     if access.answerable_inputs(user).exists():
         return "dashboard:inbox"
     return "dashboard:tasks"
+
+
+def safe_next(request: HttpRequest, target: str, default: str) -> str:
+    """``target`` if it is a path on this site (not ``//host`` nor ``/\\host``), else ``default``."""
+    if target.startswith("/") and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return default
+
+
+def may_bulk(request: HttpRequest) -> bool:
+    """Operators (of any tenant) get the bulk actions: cancel tasks, reconcile effects."""
+    return access.tenants_where(request.user, access.Action.FORCE_CANCEL) != []
 
 
 def actor_for(user: Any, task: Task | None = None) -> Actor:

@@ -23,11 +23,17 @@ from dashboard.pages import (
     actor_for,
     current_tenant,
     denied,
+    may_bulk,
     page,
     render_fragment,
     render_page,
+    safe_next,
+    scope_counts,
+    scope_of,
     start_url_name,
     tenant_choices,
+    waiting_elsewhere,
+    wants_fragment,
 )
 from mcptasks import access, lifecycle, queries
 from mcptasks.models import InputRequest, InputState, Task, TaskState
@@ -72,9 +78,7 @@ def switch_tenant(request: HttpRequest) -> HttpResponse:
     slugs = {choice.tenant.slug for choice in tenant_choices(request)}
     if form.is_valid() and form.cleaned_data["tenant"] in slugs:
         request.session[SESSION_TENANT] = form.cleaned_data["tenant"]
-    back = request.POST.get("next") or ""
-    if not back.startswith("/") or back.startswith("//"):
-        back = reverse("dashboard:tasks")
+    back = safe_next(request, request.POST.get("next") or "", reverse("dashboard:tasks"))
     return HttpResponseRedirect(back)
 
 
@@ -90,20 +94,28 @@ def home(request: HttpRequest) -> HttpResponse:
 @page
 @require_GET
 def inbox(request: HttpRequest) -> HttpResponse:
-    """Everything waiting on this user; ``?fragment=1`` renders the lists alone (live)."""
-    context = {"inbox": queries.inbox(request.user), "stuck_after_s": queries.STUCK_CANCEL_S}
+    """Everything waiting on this user in the tenant scope (``?tenant=``, else the switcher's;
+    "" for all their tenants); ``?fragment=1`` renders the lists alone (live)."""
+    scope = scope_of(request, request.GET)
+    found = queries.inbox(request.user, tenant_id=scope.tenant_id) if not scope.error else None
+    context: dict[str, Any] = {
+        "inbox": found or queries.Inbox(),
+        "scope": scope,
+        "stuck_after_s": queries.STUCK_CANCEL_S,
+    }
     if request.GET.get("fragment"):
         return render_fragment(request, "dashboard/_inbox_content.html", context)
-    return render_page(request, "dashboard/inbox.html", context)
+    if found is not None:
+        context["elsewhere"] = waiting_elsewhere(request, scope.tenant)
+    return render_page(request, "dashboard/inbox.html", context, status=400 if scope.error else 200)
 
 
 @page
 @require_GET
 def inbox_counts(request: HttpRequest) -> HttpResponse:
-    """The navigation's inbox badge (live)."""
-    return render_fragment(
-        request, "dashboard/_counts.html", {"nav_counts": queries.inbox_counts(request.user)}
-    )
+    """The navigation's inbox badge (live), in the switcher's tenant like the navigation's."""
+    counts = scope_counts(request, current_tenant(request))
+    return render_fragment(request, "dashboard/_counts.html", {"nav_counts": counts})
 
 
 # ---------------------------------------------------------------- tasks list
@@ -131,6 +143,9 @@ def _task_filters(request: HttpRequest) -> tuple[forms.TaskFilterForm, queries.T
         created_from=cleaned["created_from"],
         created_to=cleaned["created_to"],
         search=cleaned["q"].strip(),
+        outcome=cleaned["outcome"],
+        error_code=cleaned["error_code"],
+        sort=cleaned["sort"] or queries.DEFAULT_SORT,
     )
 
 
@@ -143,14 +158,17 @@ def task_list(request: HttpRequest) -> HttpResponse:
         filters,
         older_than=request.GET.get("older"),
         newer_than=request.GET.get("newer"),
+        with_total=form.is_valid(),
     )
     context = {
         "form": form,
         "page": result,
+        "sort": filters.sort,
+        "count_cap": queries.COUNT_CAP,
+        "may_bulk": may_bulk(request),
         "first_page": not request.GET.get("older") and not request.GET.get("newer"),
     }
-    htmx = getattr(request, "htmx", None)
-    if htmx and htmx.target == "task-results":
+    if wants_fragment(request, "task-results"):
         return render_fragment(request, "dashboard/_task_results.html", context)
     return render_page(request, "dashboard/tasks.html", context)
 
@@ -163,7 +181,9 @@ def task_row(request: HttpRequest, task_id: str) -> HttpResponse:
     task = queries.task_row(request.user, task_id, filters)
     if task is None:
         return HttpResponse(status=204)
-    return render_fragment(request, "dashboard/_task_row.html", {"task": task})
+    return render_fragment(
+        request, "dashboard/_task_row.html", {"task": task, "may_bulk": may_bulk(request)}
+    )
 
 
 # ---------------------------------------------------------------- task detail

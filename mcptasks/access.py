@@ -12,10 +12,11 @@ from enum import StrEnum
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Exists, Q, QuerySet
+from django.db.models import Q, QuerySet
 from guardian.shortcuts import assign_perm, remove_perm
 
 from mcptasks.models import (
+    ApiToken,
     Audience,
     InputRequest,
     Membership,
@@ -76,13 +77,28 @@ def _tenant_roles(user: Any, tenant_id: int) -> set[str]:
     return cache.get(tenant_id, set())
 
 
-def is_cross_tenant_operator(user: Any) -> bool:
-    """Staff users holding an operator role somewhere act as operators in every tenant."""
-    return _is_staff_operator(user)
+def member_tenants(user: Any) -> set[int]:
+    """The tenants ``user`` is a member of now (any role), asked once per user object."""
+    return set(_roles(user)) if _authenticated(user) else set()
+
+
+def holds_membership(user: Any, tenant_id: int) -> bool:
+    """Is ``user`` (active) a member of ``tenant_id`` now? Asked at every authentication of a
+    token or JWT: a token acts only while its owner belongs to the token's tenant."""
+    return tenant_id in member_tenants(user)
+
+
+def refresh(user: Any) -> None:
+    """Forget what was read of ``user``'s roles: the next question reads them again (long-lived
+    streams and sockets re-check their viewer this way)."""
+    for name in ("_mcptasks_roles", "_mcptasks_staff_operator"):
+        if hasattr(user, name):
+            delattr(user, name)
 
 
 def _is_staff_operator(user: Any) -> bool:
-    """Staff users holding an operator role somewhere act as operators in every tenant."""
+    """Staff users holding an operator role somewhere read every audit chain (the ``system``
+    chain included). They act — on tasks, tokens, tenants — only where they hold a role."""
     return bool(user.is_staff) and Membership.objects.filter(user=user, role=Role.OPERATOR).exists()
 
 
@@ -94,26 +110,41 @@ def _delegated(user: Any, task: Task, codename: str) -> bool:
 
 def _role_allows(user: Any, task: Task, action: Action) -> bool:
     roles = _tenant_roles(user, task.tenant_id)
-    if any(action in ROLE_ACTIONS[role] for role in roles):
-        return True
-    return action in ROLE_ACTIONS[Role.OPERATOR] and _is_staff_operator(user)
+    return any(action in ROLE_ACTIONS[role] for role in roles)
 
 
-def decide_without_queries(user: Any, action: Action, task: Task) -> Decision | None:
+NOT_A_MEMBER = Decision(False, "not a member of the task's tenant")
+
+
+def decide_without_queries(
+    user: Any, action: Action, task: Task, *, member: bool | None = None
+) -> Decision | None:
     """The decision when the user and the task alone settle it (an inactive user; the task's
-    own principal); None when roles and grants must be looked up. Runs no query."""
+    own principal, while a member of its tenant); None when roles and grants must be looked up.
+    Runs no query: ``member`` says whether the user is a member of the task's tenant (read by
+    the caller with the task), else the roles already read for this user object answer it."""
     if user is None or not user.is_authenticated or not user.is_active:
         return Decision(False, "not authenticated")
-    if task.principal_id == user.pk and action in OWNER_ACTIONS:
+    if member is None:
+        cache = getattr(user, "_mcptasks_roles", None)
+        member = None if cache is None else task.tenant_id in cache
+    if member is False:
+        return NOT_A_MEMBER
+    if member and task.principal_id == user.pk and action in OWNER_ACTIONS:
         return ALLOW
     return None
 
 
 def can(user: Any, action: Action, task: Task) -> Decision:
-    """May ``user`` do ``action`` to ``task``? Checks principal, tenant roles and grants."""
+    """May ``user`` do ``action`` to ``task``? Every right — the owner's, a role's, a
+    delegation — holds only while the user is a member of the task's tenant."""
     decided = decide_without_queries(user, action, task)
     if decided is not None:
         return decided
+    if not holds_membership(user, task.tenant_id):
+        return NOT_A_MEMBER
+    if task.principal_id == user.pk and action in OWNER_ACTIONS:
+        return ALLOW
     if _role_allows(user, task, action):
         return ALLOW
     if action in (Action.VIEW, Action.ANSWER):
@@ -134,20 +165,18 @@ def visible_tasks(user: Any) -> QuerySet[Task]:
         user=user, permission__codename__in=list(DELEGATIONS.values())
     ).values("content_object_id")
     visible = Q(principal=user) | Q(tenant_id__in=tenant_ids) | Q(pk__in=delegated)
-    if user.is_staff:
-        # A staff operator sees every task: asked inside the listing query, not as a query first.
-        visible |= Q(Exists(Membership.objects.filter(user=user, role=Role.OPERATOR)))
-    return Task.objects.filter(visible)
+    member_of = Membership.objects.filter(user=user).values("tenant_id")
+    return Task.objects.filter(Q(tenant_id__in=member_of) & visible)
 
 
-def get_visible_task(user: Any, task_id: Any) -> Task | None:
-    """The task if ``user`` may see it, else None — unknown and forbidden look the same."""
+def get_visible_task(user: Any, task_id: Any, related: tuple[str, ...] = ()) -> Task | None:
+    """The task if ``user`` may see it, else None — unknown and forbidden look the same, and
+    cost the same: visibility is decided in the query that fetches (:func:`visible_tasks`
+    narrowed to the id), so "not yours" and "not there" are one statement that finds no row.
+    ``related``: relations to load with it (besides the tenant)."""
     if not isinstance(task_id, str) or not task_id or len(task_id) > 64:
         return None
-    task = Task.objects.select_related("tenant").filter(pk=task_id).first()
-    if task is None or not can(user, Action.VIEW, task):
-        return None
-    return task
+    return visible_tasks(user).select_related("tenant", *related).filter(pk=task_id).first()
 
 
 def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:
@@ -157,7 +186,9 @@ def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:
     """
     if user is None or not user.is_authenticated or not user.is_active:
         return Decision(False, "not authenticated")
-    if request.forbid_self_approval and user.pk == task.principal_id:
+    if not holds_membership(user, task.tenant_id):
+        return NOT_A_MEMBER
+    if request.forbid_self_approval and user.pk in requesters(task):
         return Decision(False, "the requester may not approve their own request")
     is_owner = user.pk == task.principal_id
     is_operator = _role_allows(user, task, Action.ANSWER)
@@ -171,6 +202,24 @@ def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:
     if is_owner or is_operator or delegated:
         return ALLOW
     return Decision(False, "not permitted to answer this request")
+
+
+def requesters(task: Task) -> set[int]:
+    """The people behind ``task``: its principal, and whoever issued the token that created
+    it — a token issued for someone else does not make its issuer a bystander (no
+    self-approval by proxy)."""
+    people = {task.principal_id}
+    if task.token_id is not None:
+        issuer = (
+            task.token.issued_by_id  # type: ignore[union-attr]
+            if Task.token.is_cached(task)
+            else ApiToken.objects.filter(pk=task.token_id)
+            .values_list("issued_by_id", flat=True)
+            .first()
+        )
+        if issuer is not None:
+            people.add(issuer)
+    return people
 
 
 def answerable_requests(user: Any, task: Task, *, channel: str) -> list[InputRequest]:
@@ -235,12 +284,11 @@ def _staff_operator(user: Any) -> bool:
 
 
 def tenants_where(user: Any, action: Action) -> list[int] | None:
-    """Tenant ids where a role of ``user`` carries ``action`` over every task; None means every
-    tenant (a staff operator). Owner rights and delegations are not included."""
+    """Tenant ids where a role of ``user`` carries ``action`` over every task (a staff operator
+    too acts only where they hold a role; None, every tenant, is no longer answered). Owner
+    rights and delegations are not included."""
     if not _authenticated(user):
         return []
-    if action in ROLE_ACTIONS[Role.OPERATOR] and _staff_operator(user):
-        return None
     return sorted(
         tenant_id
         for tenant_id, roles in _roles(user).items()
@@ -265,12 +313,15 @@ def visible_tasks_for_listing(user: Any, tenant_id: int | None = None) -> QueryS
         .values_list("content_object_id", flat=True)
         .distinct()
     )
+    members_of = sorted(member_tenants(user))
+    if tenant_id is not None and tenant_id not in members_of:
+        return Task.objects.none()
     visible = Q(principal=user)
     if delegated:
         visible |= Q(pk__in=delegated)
     if tenant_id is None and seeing:
         visible |= Q(tenant_id__in=seeing)
-    return tasks.filter(visible)
+    return tasks.filter(visible, tenant_id__in=members_of)
 
 
 def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
@@ -292,7 +343,10 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
             | Q(task_id__in=delegated)
             | Q(audience=Audience.ANY, task__principal=user)
         )
-    return pending.exclude(forbid_self_approval=True, task__principal=user)
+    pending = pending.filter(tenant_id__in=sorted(member_tenants(user)))
+    return pending.exclude(forbid_self_approval=True, task__principal=user).exclude(
+        forbid_self_approval=True, task__token__issued_by=user
+    )
 
 
 def answer_decisions(user: Any, task: Task, requests: list[InputRequest]) -> dict[int, Decision]:
@@ -368,11 +422,9 @@ def may_read_audit(user: Any, tenant_id: int | None) -> bool:
 
 def token_admin_tenants(user: Any) -> list[int] | None:
     """Tenants whose API tokens ``user`` administers (issue, list, revoke): tenant admins and
-    operators; None means every tenant (staff operators)."""
+    operators — a staff operator too, only where they hold the role (None is not answered)."""
     if not _authenticated(user):
         return []
-    if _staff_operator(user):
-        return None
     return sorted(
         tenant_id for tenant_id, roles in _roles(user).items() if roles & TOKEN_ADMIN_ROLES
     )
@@ -388,6 +440,16 @@ def visible_tokens(user: Any) -> QuerySet[Any]:
     if tenants is None:
         return ApiToken.objects.all()
     return ApiToken.objects.filter(Q(user=user) | Q(tenant_id__in=tenants))
+
+
+def _rights(roles: set[str]) -> set[str]:
+    """What a set of roles lets its holder do in a tenant (an operator's cover an auditor's)."""
+    rights: set[str] = {action.value for role in roles for action in ROLE_ACTIONS[role]}
+    if roles & AUDIT_ROLES:
+        rights.add("read_audit")
+    if roles & TOKEN_ADMIN_ROLES:
+        rights.add("administer_tokens")
+    return rights
 
 
 def may_issue_token(user: Any, *, tenant_id: int, owner: Any) -> Decision:
@@ -409,7 +471,7 @@ def may_issue_token(user: Any, *, tenant_id: int, owner: Any) -> Decision:
                     False, "the owner belongs to a tenant the issuer does not administer"
                 )
             held = issuer_roles.get(owner_tenant, set()) | {Role.MEMBER}
-            if tenants is not None and not set(roles) <= held:
+            if tenants is not None and not _rights(roles) <= _rights(held):
                 return Decision(False, "the token would carry roles the issuer does not hold")
     return ALLOW
 
@@ -425,6 +487,6 @@ def may_revoke_token(user: Any, token: Any) -> Decision:
 
 
 def may_see_tenant(user: Any, tenant_id: int) -> bool:
-    """May ``user`` know that the tenant exists (a member, or a staff operator)? A request that
-    names a tenant the user may not see answers as if it did not exist (404, never 403)."""
-    return _authenticated(user) and (tenant_id in _roles(user) or _is_staff_operator(user))
+    """May ``user`` know that the tenant exists (a member)? A request that names a tenant the
+    user may not see answers as if it did not exist (404, never 403)."""
+    return _authenticated(user) and tenant_id in _roles(user)

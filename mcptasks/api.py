@@ -19,7 +19,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics, status
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.exceptions import APIException, NotFound, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ParseError, ValidationError
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -28,7 +28,7 @@ from rest_framework.serializers import Serializer
 from rest_framework.views import APIView
 
 from audit.record import Actor
-from mcptasks import access, lifecycle, queries, tokens
+from mcptasks import access, inputs, lifecycle, queries, tokens
 from mcptasks.access import Action
 from mcptasks.api_auth import BearerTokenAuthentication
 from mcptasks.api_errors import problem_exception_handler
@@ -118,6 +118,8 @@ PROBLEM_TEXT = {
     404: "Unknown, or not visible to the caller.",
     409: "The object's state does not allow this now.",
     422: "Invalid input; errors names each field.",
+    429: "Too many lookups of task ids the caller cannot see (MCPTASKS_UNKNOWN_TASK_BURST); "
+    "retry after Retry-After seconds.",
 }
 
 
@@ -144,13 +146,32 @@ class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-unty
         }
 
 
+class BoundedJSONParser(JSONParser):
+    """JSON bodies, refused (400) when arrays and objects nest deeper than any operation needs:
+    what reads the body after the parser (serializers, schema validation, the database's JSON
+    functions) recurses, and the parser itself gives up somewhere past a thousand levels."""
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        try:
+            data = super().parse(stream, media_type, parser_context)
+            too_deep = inputs.nesting_exceeds(data)
+        except RecursionError:
+            too_deep = True
+        if too_deep:
+            raise ParseError(
+                f"JSON parse error - arrays and objects nest more than {inputs.MAX_JSON_DEPTH} "
+                "levels deep."
+            )
+        return data
+
+
 class ApiView(APIView):
     """What every API view shares: authentication (Bearer first, so a missing credential is a
     401 with a challenge), the one permission class, JSON in and out, problem errors."""
 
     authentication_classes = [BearerTokenAuthentication, SessionAuthentication]
     permission_classes = [AccessPermission]
-    parser_classes = [JSONParser]
+    parser_classes = [BoundedJSONParser]
     renderer_classes = [JSONRenderer]
     access_action: Action | None = None
 
@@ -191,7 +212,7 @@ def parse[S: Serializer](serializer_class: type[S], request: Request) -> dict[st
     data = request.data
     if not isinstance(data, dict):
         raise Unprocessable({"non_field_errors": ["The body must be a JSON object."]})
-    unstorable = _unstorable_text(data)
+    unstorable = inputs.unstorable_text(data)
     if unstorable is not None:
         raise Unprocessable(
             {
@@ -203,36 +224,6 @@ def parse[S: Serializer](serializer_class: type[S], request: Request) -> dict[st
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
-
-
-def _unstorable_text(value: Any, path: str = "") -> str | None:
-    """Where ``value`` holds text no database stores (a NUL character, a lone surrogate from a
-    JSON escape), as a dotted path; None if nowhere."""
-    if isinstance(value, str):
-        if "\x00" in value or (not value.isascii() and not _encodes(value)):
-            return path
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            where = f"{path}.{key}" if path else str(key)
-            found = _unstorable_text(key, where)
-            found = found if found is not None else _unstorable_text(item, where)
-            if found is not None:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _unstorable_text(item, f"{path}.{index}" if path else str(index))
-            if found is not None:
-                return found
-    return None
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def actor_of(request: Request, task: Task | None = None) -> Actor:
@@ -318,7 +309,7 @@ class TaskDetailView(ApiView):
         description="Binding fields, redacted arguments, input requests, effects, delegations, "
         "the audit timeline, and `task`: the MCP DetailedTask this viewer's "
         "tasks/get would return.",
-        responses={200: TaskDetailSerializer, **problems(403, 404)},
+        responses={200: TaskDetailSerializer, **problems(403, 404, 429)},
     )
     def get(self, request: Request, task_id: str) -> Response:
         return task_response(request, task_id)
@@ -361,7 +352,7 @@ def action_schema(
             summary=summary,
             description=description,
             request=request,
-            responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422, *codes)},
+            responses={200: TaskDetailSerializer, **problems(400, 403, 404, 422, 429, *codes)},
         )
     )
 
@@ -457,8 +448,8 @@ class TaskReconcileEffectView(TaskActionView):
     def target(self, task: Task, **kwargs: str) -> Effect:
         effect_id = kwargs["effect_id"]
         effect = (
-            task.effects.filter(pk=int(effect_id)).first()
-            if effect_id.isdigit() and len(effect_id) < 19
+            task.effects.filter(pk=number).first()
+            if (number := inputs.numeric_id(effect_id)) is not None
             else None
         )
         if effect is None:
@@ -566,6 +557,7 @@ class TokenIssueView(ApiView):
         token, secret = tokens.issue_token(
             user=request.user,
             tenant=tenant,
+            issued_by=request.user,
             actor=actor_of(request),
             name=data["name"],
             scopes=data["scopes"],
@@ -588,8 +580,8 @@ class TokenRevokeView(ApiView):
     )
     def post(self, request: Request, token_id: str) -> Response:
         token = (
-            access.visible_tokens(request.user).filter(pk=int(token_id)).first()
-            if token_id.isdigit() and len(token_id) < 19
+            access.visible_tokens(request.user).filter(pk=number).first()
+            if (number := inputs.numeric_id(token_id)) is not None
             else None
         )
         if token is None:

@@ -5,14 +5,20 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
+
+from mcptasks import limits, metrics
 
 PROBLEM = "application/problem+json"
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, limits.Throttled):  # the unknown-task-id budget (limits.py)
+        metrics.THROTTLED.labels(kind=exc.kind).inc()
+        exc = exceptions.Throttled(wait=exc.retry_after, detail=exc.message)
     response = exception_handler(exc, context)
     if response is None:
         return None

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 
+from mcptasks import access
 from mcptasks.models import ApiToken, Membership, Role, Tenant, scope_covers
 from mcptasks.oauth import JwtRejected, jwt_configured, validate_jwt
 
 MCP_SCOPE = "mcp"
 CONFORMANCE_USER = "conformance"
+NOT_A_MEMBER = "The token's owner is no longer a member of its tenant"
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,8 @@ class Principal:
     user: Any
     tenant: Tenant
     token: ApiToken | None
+    # A JWT's expiry (an API token's own is re-read from its row while a stream is open).
+    expires_at: datetime | None = None
 
     @property
     def token_id(self) -> int | None:
@@ -55,6 +60,8 @@ def authenticate_bearer(authorization: str | None, *, scope: str = MCP_SCOPE) ->
     if token is None:
         raise AuthError(401, "invalid_token", "The token is invalid")
     verify_token(token, secret, scope)
+    if not access.holds_membership(token.user, token.tenant_id):
+        raise AuthError(401, "invalid_token", NOT_A_MEMBER)
     token.touch()
     return Principal(user=token.user, tenant=token.tenant, token=token)
 
@@ -132,12 +139,12 @@ def verify_token(token: ApiToken, secret: str, scope: str) -> None:
 
 def _principal_from_jwt(token: str, scope: str) -> Principal:
     try:
-        user, tenant, scopes = validate_jwt(token)
+        user, tenant, scopes, expires_at = validate_jwt(token)
     except JwtRejected as exc:
         raise AuthError(401, "invalid_token", f"Invalid access token: {exc}") from None
     if not scope_covers(scopes, scope):
         raise AuthError(403, "insufficient_scope", f"The token lacks the {scope!r} scope", scope)
-    return Principal(user=user, tenant=tenant, token=None)
+    return Principal(user=user, tenant=tenant, token=None, expires_at=expires_at)
 
 
 _conformance: Principal | None = None

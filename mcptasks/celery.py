@@ -31,3 +31,22 @@ def structured_logging(loglevel: Any = None, **kwargs: Any) -> None:
         logging.getLogger().setLevel(loglevel)
     if app.conf.worker_redirect_stdouts:
         app.log.redirect_stdouts(app.conf.worker_redirect_stdouts_level)
+
+
+@signals.worker_init.connect
+def load_tool_packs(**_: Any) -> None:
+    """Fail fast: a worker whose tool packs do not load would fail every job it takes; it
+    stops at start-up with the error instead (SystemExit: Celery logs, then swallows, any
+    Exception a signal handler raises)."""
+    import logging
+
+    import django
+
+    django.setup()
+    from mcptasks.tools.registry import ToolPackError, registry
+
+    try:
+        registry.ensure_loaded()
+    except ToolPackError as exc:
+        logging.getLogger("mcptasks.celery").critical("%s; the worker stops", exc)
+        raise SystemExit(f"mcptasks worker: {exc}") from exc

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from audit import holds
 from audit.record import Actor, record
-from mcptasks import events, metrics
+from mcptasks import events, metrics, search
 from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -150,6 +150,8 @@ def _apply(
     if target not in targets:
         raise ValueError(f"{verb} cannot lead to {target}")
     source_states = allowed if sources is None else allowed & frozenset(sources)
+    if "status_message" in fields:  # what the dashboard's search reads: the redacted message
+        fields["search_status"] = search.status_text(fields["status_message"])
     rows = Task.objects.filter(pk=task_id, state__in=source_states)
     if fence is not None:
         rows = rows.filter(attempt=fence)
@@ -258,6 +260,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
                 tool_name=spec.tool_name,
                 arguments=spec.arguments,
                 argument_digest=digest(spec.arguments),
+                search_summary=search.summary_text(spec.arguments, spec.sensitive_keys),
                 server_build=settings.MCPTASKS_SERVER_BUILD,
                 policy_revision=spec.policy_revision,
                 state=S.QUEUED.value,

@@ -44,6 +44,7 @@ class MemoryBuckets:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._buckets: dict[str, tuple[float, float, str]] = {}
+        self._windows: dict[str, tuple[float, int]] = {}
 
     def take(self, key: str, rate: float, burst: float, version: str = "") -> float:
         now = time.monotonic()
@@ -65,9 +66,23 @@ class MemoryBuckets:
     async def take_async(self, key: str, rate: float, burst: float, version: str = "") -> float:
         return self.take(key, rate, burst, version)
 
+    def count(self, key: str, window_s: float) -> int:
+        """Count one more event of ``key`` in its window (which starts at its first event and
+        lasts ``window_s``); returns the count so far, this one included."""
+        now = time.monotonic()
+        with self._lock:
+            started, counted = self._windows.get(key, (now, 0))
+            if now - started >= window_s:
+                started, counted = now, 0
+            if len(self._windows) > 100_000:
+                self._windows.clear()  # bounded memory; a reset only forgives
+            self._windows[key] = (started, counted + 1)
+        return counted + 1
+
     def reset(self) -> None:
         with self._lock:
             self._buckets.clear()
+            self._windows.clear()
 
 
 class RedisBuckets:
@@ -126,6 +141,18 @@ class RedisBuckets:
         except NoScriptError:  # a restarted Redis: the script is sent once more
             await connection.send_command("EVAL", _LUA, *command)
             return await connection.read_response()
+
+    def count(self, key: str, window_s: float) -> int:
+        """:meth:`MemoryBuckets.count`, shared by every web process (0 when Redis is down)."""
+        name = f"mcptasks:rl:count:{key}"
+        try:
+            pipe = self._client.pipeline()
+            pipe.set(name, 0, ex=max(1, math.ceil(window_s)), nx=True)
+            pipe.incr(name)
+            return int(pipe.execute()[1])
+        except Exception:
+            security_log.warning("rate limiter unavailable; not counting", exc_info=True)
+            return 0
 
     @staticmethod
     def _script_args(key: str, rate: float, burst: float, version: str) -> dict[str, Any]:
@@ -186,8 +213,9 @@ def _refuse_poll(wait: float, poll_interval_ms: int) -> None:
 
 
 def check_unknown_lookup(*, principal_id: int, task_id: str) -> None:
-    """Count a ``tasks/*`` lookup of an id the principal cannot see; beyond the budget the
-    principal is throttled and a security event is logged (other principals are unaffected)."""
+    """Count a lookup of a task id the principal cannot see — on MCP ``tasks/*``, the REST API
+    and the dashboard alike (one budget per user); beyond the budget the principal is
+    throttled and a security event is logged (other principals are unaffected)."""
     wait = buckets().take(
         f"unknown:{principal_id}",
         settings.MCPTASKS_UNKNOWN_TASK_RATE,
@@ -205,3 +233,29 @@ def check_unknown_lookup(*, principal_id: int, task_id: str) -> None:
         raise Throttled(
             wait, "Too many lookups of unknown task ids; retry later", kind="unknown_task"
         )
+
+
+class ThrottledMiddleware:
+    """A ``Throttled`` raised by a Django view (the dashboard) answers 429 with
+    ``Retry-After`` and the reason, instead of a server error. (The REST API's exception handler
+    and ``/mcp`` answer it themselves.)"""
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        return self.get_response(request)
+
+    def process_exception(self, request: Any, exception: Exception) -> Any:
+        if not isinstance(exception, Throttled):
+            return None
+        from django.http import HttpResponse
+
+        from mcptasks import metrics
+
+        metrics.THROTTLED.labels(kind=exception.kind).inc()
+        response = HttpResponse(
+            exception.message, status=429, content_type="text/plain; charset=utf-8"
+        )
+        response["Retry-After"] = str(exception.retry_after)
+        return response

@@ -16,6 +16,8 @@ from django.db import models
 from django.utils import timezone
 from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
 
+from mcptasks import inputs
+
 
 def new_task_id() -> str:
     """A 192-bit url-safe random id (DESIGN §3: ≥128 bits from `secrets`)."""
@@ -86,6 +88,16 @@ class ApiToken(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Who issued it (an admin or operator may issue a token owned by someone else): that person
+    # counts as a requester of the tasks it creates (access.requesters). The owner when nobody
+    # else is named (a command, a user's own token); None for tokens issued before 0004.
+    issued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
 
     DEFAULT_SCOPES = ("mcp",)
 
@@ -101,8 +113,10 @@ class ApiToken(models.Model):
         name: str = "",
         scopes: list[str] | None = None,
         expires_at: datetime | None = None,
+        issued_by: models.Model | None = None,
     ) -> tuple[ApiToken, str]:
-        """Create a token; return it and the plaintext, which is never stored or shown again."""
+        """Create a token; return it and the plaintext, which is never stored or shown again.
+        ``issued_by`` is the person who issued it (default: its owner)."""
         lookup = secrets.token_hex(6)
         secret = secrets.token_urlsafe(32)
         token = cls.objects.create(
@@ -113,6 +127,7 @@ class ApiToken(models.Model):
             tenant=tenant,
             scopes=list(scopes if scopes is not None else cls.DEFAULT_SCOPES),
             expires_at=expires_at,
+            issued_by=issued_by if issued_by is not None else user,
         )
         return token, f"{TOKEN_PREFIX}_{lookup}_{secret}"
 
@@ -121,6 +136,8 @@ class ApiToken(models.Model):
         parts = plaintext.split("_", 2)
         if len(parts) != 3 or parts[0] != TOKEN_PREFIX or not parts[1] or not parts[2]:
             return None
+        if not inputs.storable(plaintext):
+            return None  # a NUL or a lone surrogate: no token's, and no query may hold it
         return parts[1], parts[2]
 
     def matches(self, secret: str) -> bool:
@@ -214,10 +231,15 @@ class Task(models.Model):
     creation_key = models.CharField(max_length=128, null=True, blank=True)
     # The step keys of the first run, in order: a replay that diverges fails the task.
     step_log = models.JSONField(default=list)
+    # What the dashboard's search reads (mcptasks/search.py): redacted, lower-cased text, each
+    # with a trigram index on PostgreSQL (migration 0004).
+    search_summary = models.TextField(blank=True, default="", editable=False)
+    search_status = models.TextField(blank=True, default="", editable=False)
 
     class Meta:
         indexes = [
             models.Index(fields=["tenant", "-created_at"], name="task_tenant_created"),
+            models.Index(fields=["tenant", "-updated_at"], name="task_tenant_updated"),
             models.Index(fields=["principal", "-created_at"], name="task_principal_created"),
             models.Index(fields=["state", "wake_at"], name="task_state_wake"),
             models.Index(fields=["state", "lease_expires_at"], name="task_state_lease"),

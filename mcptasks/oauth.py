@@ -4,6 +4,7 @@ validation of JWT access tokens from an external authorization server."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,9 @@ def _signing_key(token: str) -> Any:
     raise JwtRejected("no key in the JWKS matches the token's kid")
 
 
-def validate_jwt(token: str) -> tuple[Any, Tenant, list[str]]:
-    """Return ``(user, tenant, scopes)`` for a valid access token; raise JwtRejected.
+def validate_jwt(token: str) -> tuple[Any, Tenant, list[str], datetime]:
+    """Return ``(user, tenant, scopes, expires_at)`` for a valid access token; raise
+    JwtRejected. ``expires_at`` (its ``exp``) also ends a listen stream opened with it.
 
     Checks signature, issuer, audience (this server's canonical URI, RFC 8707), expiry; maps
     the configured claims to an existing user who is a member of the named tenant.
@@ -99,4 +101,4 @@ def validate_jwt(token: str) -> tuple[Any, Tenant, list[str]]:
         raise JwtRejected("the access token's subject is not a member of its tenant")
     raw_scopes = claims.get("scope", claims.get("scp", ""))
     scopes = raw_scopes.split() if isinstance(raw_scopes, str) else list(raw_scopes or [])
-    return user, tenant, scopes
+    return user, tenant, scopes, datetime.fromtimestamp(int(claims["exp"]), tz=UTC)

@@ -18,13 +18,12 @@ from itertools import islice
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditEvent
 from audit.redact import redact_text
-from mcptasks import access, wire
+from mcptasks import access, inputs, limits, wire
 from mcptasks.models import (
     Effect,
     InputRequest,
@@ -33,6 +32,7 @@ from mcptasks.models import (
     TaskState,
     Tenant,
 )
+from mcptasks.search import MIN_TEXT_TERM
 from mcptasks.tools.registry import registry
 
 PAGE_SIZE = 50
@@ -41,7 +41,18 @@ MERGE_TENANTS_MAX = 20
 STUCK_CANCEL_S = int(getattr(settings, "MCPTASKS_STUCK_CANCEL_S", 60))
 TIMELINE_LIMIT = 500
 # Heavy columns a list row never shows.
-LIST_DEFERRED = ("arguments", "result", "error", "step_log", "client_capabilities")
+LIST_DEFERRED = (
+    "arguments",
+    "result",
+    "error",
+    "step_log",
+    "client_capabilities",
+    "search_summary",
+    "search_status",
+)
+# The list's total is counted up to this many rows ("10,000+" beyond): a count stays as cheap
+# on a million tasks as on ten thousand.
+COUNT_CAP = 10_000
 SHOWN_BYTES = wire.SHOWN_BYTES
 
 
@@ -58,19 +69,19 @@ def decode_cursor(cursor: str | None) -> list[Any] | None:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         parts = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError):
+    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
         return None
-    return parts if isinstance(parts, list) else None
+    if not isinstance(parts, list) or inputs.unstorable_text(parts) is not None:
+        return None  # a NUL or a lone surrogate is not a position any query may compare with
+    return parts
 
 
 def _task_cursor(cursor: str | None) -> tuple[datetime, str] | None:
     parts = decode_cursor(cursor)
     if not parts or len(parts) != 2 or not all(isinstance(p, str) for p in parts):
         return None
-    created_at = parse_datetime(parts[0])
-    if created_at is None or timezone.is_naive(created_at):
-        return None
-    return created_at, parts[1]
+    created_at = inputs.utc_datetime(parts[0])
+    return None if created_at is None else (created_at, parts[1])
 
 
 @dataclass
@@ -80,9 +91,55 @@ class Page:
     rows: list[Any]
     older: str | None = None
     newer: str | None = None
+    total: int | None = None  # every row the filters match, counted up to COUNT_CAP
+
+    @property
+    def total_capped(self) -> bool:
+        return self.total is not None and self.total > COUNT_CAP
 
 
 # ---------------------------------------------------------------- tasks list
+# How a finished task ended, as an operator filters on it: a tool error ("isError" result, such
+# as a declined approval) is a rejection, not a completion.
+OUTCOMES: dict[str, Q] = {
+    "completed": Q(state=TaskState.COMPLETED)
+    & (Q(result__isError__isnull=True) | Q(result__isError=False)),
+    "rejected": Q(state=TaskState.COMPLETED, result__isError=True),
+    "failed": Q(state=TaskState.FAILED),
+    "cancelled": Q(state=TaskState.CANCELLED),
+}
+# The orders the list offers, each walking a (tenant, column) index, and the column each reads.
+SORTS = {
+    "-created": "created_at",
+    "created": "created_at",
+    "-updated": "updated_at",
+    "updated": "updated_at",
+}
+DEFAULT_SORT = "-created"
+
+
+def _text_search(term: str) -> Q:
+    """Tasks whose tool, requester, redacted status message or redacted argument summary
+    contains ``term`` (each branch walks an index: the tool and requester are resolved to a
+    few values first, the texts have trigram indexes on PostgreSQL)."""
+    from django.contrib.auth import get_user_model
+
+    needle = term.lower()
+    found = Q(search_summary__contains=needle) | Q(search_status__contains=needle)
+    tools = [name for name in tool_names() if needle in name.lower()]
+    if tools:
+        found |= Q(tool_name__in=tools)
+    users = list(
+        get_user_model()
+        .objects.filter(username__icontains=needle)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:100]
+    )
+    if users:
+        found |= Q(principal_id__in=users)
+    return found
+
+
 @dataclass(frozen=True)
 class TaskFilters:
     """What the tasks list filters on; empty fields do not filter. ``tenant_id`` None means
@@ -95,9 +152,16 @@ class TaskFilters:
     created_from: date | None = None
     created_to: date | None = None  # inclusive
     search: str = ""
+    outcome: str = ""
+    error_code: int | None = None
+    sort: str = DEFAULT_SORT
 
     def q(self) -> Q:
         condition = Q()
+        if self.outcome:
+            condition &= OUTCOMES[self.outcome]
+        if self.error_code is not None:
+            condition &= Q(state=TaskState.FAILED, error__code=self.error_code)
         if self.state:
             condition &= Q(state=self.state)
         if self.tool:
@@ -114,6 +178,8 @@ class TaskFilters:
             found = Q(pk=term) | Q(backend_job_id=term)
             if len(term) >= 6:
                 found |= Q(pk__startswith=term)
+            if len(term) >= MIN_TEXT_TERM:
+                found |= _text_search(term)
             condition &= found
         return condition
 
@@ -154,14 +220,23 @@ def _listing_parts(user: Any, filters: TaskFilters) -> list[QuerySet[Task]]:
     return parts
 
 
-def _newest_first(
-    parts: list[QuerySet[Task]], count: int, *, ascending: bool = False
+def _first_in_order(
+    parts: list[QuerySet[Task]], count: int, column: str, *, ascending: bool = False
 ) -> list[Task]:
-    """The first ``count`` rows of the parts together, in (created, id) order."""
-    ordering = ("created_at", "pk") if ascending else ("-created_at", "-pk")
+    """The first ``count`` rows of the parts together, in (column, id) order."""
+    ordering = (column, "pk") if ascending else (f"-{column}", "-pk")
     rows = [list(part.order_by(*ordering)[:count]) for part in parts]
-    merged = heapq.merge(*rows, key=lambda task: (task.created_at, task.pk), reverse=not ascending)
+    merged = heapq.merge(
+        *rows, key=lambda task: (getattr(task, column), task.pk), reverse=not ascending
+    )
     return list(islice(merged, count))
+
+
+def _beyond(column: str, value: datetime, task_id: str, *, ascending: bool) -> Q:
+    """Rows after (value, id) in (column, id) order — in index-friendly form."""
+    if ascending:
+        return Q(**{f"{column}__gte": value}) & (Q(**{f"{column}__gt": value}) | Q(pk__gt=task_id))
+    return Q(**{f"{column}__lte": value}) & (Q(**{f"{column}__lt": value}) | Q(pk__lt=task_id))
 
 
 def task_page(
@@ -171,37 +246,49 @@ def task_page(
     older_than: str | None = None,
     newer_than: str | None = None,
     limit: int = PAGE_SIZE,
+    with_total: bool = False,
 ) -> Page:
-    """One page of the tasks ``user`` may see, newest first, by keyset on (created, id)."""
+    """One page of the tasks ``user`` may see in the filters' order (newest first unless
+    ``sort`` says otherwise), by keyset on (column, id): ``older_than`` is the next page's
+    cursor, ``newer_than`` the previous one's. ``with_total`` counts the matches too (up to
+    :data:`COUNT_CAP`, in one query)."""
+    column = SORTS.get(filters.sort, SORTS[DEFAULT_SORT])
+    ascending = not filters.sort.startswith("-")
     parts = _listing_parts(user, filters)
+    total = _task_rows(user, filters).order_by()[: COUNT_CAP + 1].count() if with_total else None
     after = _task_cursor(older_than)
     before = _task_cursor(newer_than) if after is None else None
     if before is not None:
-        created_at, task_id = before
-        newer = Q(created_at__gte=created_at) & (Q(created_at__gt=created_at) | Q(pk__gt=task_id))
-        found = _newest_first([part.filter(newer) for part in parts], limit + 1, ascending=True)
+        value, task_id = before
+        back = _beyond(column, value, task_id, ascending=not ascending)
+        found = _first_in_order(
+            [part.filter(back) for part in parts], limit + 1, column, ascending=not ascending
+        )
         has_more = len(found) > limit
         page = list(reversed(found[:limit]))
         return Page(
             rows=page,
-            older=_cursor_of(page[-1]) if page else older_than,
-            newer=_cursor_of(page[0]) if page and has_more else None,
+            older=_cursor_of(page[-1], column) if page else older_than,
+            newer=_cursor_of(page[0], column) if page and has_more else None,
+            total=total,
         )
     if after is not None:
-        created_at, task_id = after
-        older = Q(created_at__lte=created_at) & (Q(created_at__lt=created_at) | Q(pk__lt=task_id))
-        parts = [part.filter(older) for part in parts]
-    found = _newest_first(parts, limit + 1)
+        value, task_id = after
+        parts = [
+            part.filter(_beyond(column, value, task_id, ascending=ascending)) for part in parts
+        ]
+    found = _first_in_order(parts, limit + 1, column, ascending=ascending)
     page = found[:limit]
     return Page(
         rows=page,
-        older=_cursor_of(page[-1]) if len(found) > limit else None,
-        newer=_cursor_of(page[0]) if after is not None and page else None,
+        older=_cursor_of(page[-1], column) if len(found) > limit else None,
+        newer=_cursor_of(page[0], column) if after is not None and page else None,
+        total=total,
     )
 
 
-def _cursor_of(task: Task) -> str:
-    return encode_cursor(task.created_at, task.pk)
+def _cursor_of(task: Task, column: str = "created_at") -> str:
+    return encode_cursor(getattr(task, column), task.pk)
 
 
 def task_row(user: Any, task_id: str, filters: TaskFilters | None = None) -> Task | None:
@@ -245,32 +332,41 @@ class InboxCounts:
 INBOX_LIMIT = 50
 
 
-def _stuck_cancels(user: Any, now: datetime | None) -> QuerySet[Task]:
+def _stuck_cancels(user: Any, now: datetime | None, tenant_id: int | None) -> QuerySet[Task]:
     """Running tasks whose cancel intent is older than the threshold (a task in any other
     state is cancelled at once when intent is recorded, so only running ones can linger)."""
     threshold = (now or timezone.now()) - timedelta(seconds=STUCK_CANCEL_S)
-    return access.tasks_where(user, access.Action.FORCE_CANCEL).filter(
-        state=TaskState.RUNNING, cancel_requested_at__lt=threshold
+    return _in_tenant(
+        access.tasks_where(user, access.Action.FORCE_CANCEL).filter(
+            state=TaskState.RUNNING, cancel_requested_at__lt=threshold
+        ),
+        tenant_id,
     )
 
 
-def inbox(user: Any, *, now: datetime | None = None) -> Inbox:
+def _in_tenant(rows: QuerySet[Any], tenant_id: int | None) -> QuerySet[Any]:
+    """``rows`` of one tenant, or all of them (``tenant_id`` None): the dashboard's scope."""
+    return rows if tenant_id is None else rows.filter(tenant_id=tenant_id)
+
+
+def inbox(user: Any, *, tenant_id: int | None = None, now: datetime | None = None) -> Inbox:
     """Input requests ``user`` may answer, unknown effects they may reconcile, and tasks whose
-    requested cancel has not taken effect within :data:`STUCK_CANCEL_S` — three queries."""
+    requested cancel has not taken effect within :data:`STUCK_CANCEL_S` — in one tenant, or
+    every tenant (``tenant_id`` None) — three queries."""
     inputs = list(
-        access.answerable_inputs(user)
+        _in_tenant(access.answerable_inputs(user), tenant_id)
         .select_related("task", "task__principal", "tenant")
         .defer(*(f"task__{name}" for name in LIST_DEFERRED))
         .order_by("created_at", "pk")[: INBOX_LIMIT + 1]
     )
     effects = list(
-        access.reconcilable_effects(user)
+        _in_tenant(access.reconcilable_effects(user), tenant_id)
         .select_related("task", "task__principal", "tenant")
         .defer("result", *(f"task__{name}" for name in LIST_DEFERRED))
         .order_by("updated_at", "pk")[: INBOX_LIMIT + 1]
     )
     stuck = list(
-        _stuck_cancels(user, now)
+        _stuck_cancels(user, now, tenant_id)
         .select_related("tenant", "principal", "cancel_requested_by")
         .defer(*LIST_DEFERRED)
         .order_by("cancel_requested_at")[: INBOX_LIMIT + 1]
@@ -284,12 +380,26 @@ def inbox(user: Any, *, now: datetime | None = None) -> Inbox:
     )
 
 
-def inbox_counts(user: Any, *, now: datetime | None = None) -> InboxCounts:
-    return InboxCounts(
-        inputs=access.answerable_inputs(user).count(),
-        unknown_effects=access.reconcilable_effects(user).count(),
-        stuck_cancels=_stuck_cancels(user, now).count(),
-    )
+def inbox_counts_by_tenant(user: Any, *, now: datetime | None = None) -> dict[int, InboxCounts]:
+    """How much waits on ``user`` (what :func:`inbox` lists, counted) in each tenant with
+    anything waiting: three grouped queries, for the navigation's badge and the inbox's "more
+    in your other tenants"."""
+
+    def per_tenant(rows: QuerySet[Any]) -> dict[int, int]:
+        grouped = rows.order_by().values("tenant_id").annotate(n=Count("pk"))
+        return {row["tenant_id"]: row["n"] for row in grouped}
+
+    inputs = per_tenant(access.answerable_inputs(user))
+    effects = per_tenant(access.reconcilable_effects(user))
+    stuck = per_tenant(_stuck_cancels(user, now, None))
+    return {
+        tenant_id: InboxCounts(
+            inputs=inputs.get(tenant_id, 0),
+            unknown_effects=effects.get(tenant_id, 0),
+            stuck_cancels=stuck.get(tenant_id, 0),
+        )
+        for tenant_id in {*inputs, *effects, *stuck}
+    }
 
 
 # ---------------------------------------------------------------- task detail
@@ -339,14 +449,19 @@ def secret_fields(params: dict[str, Any]) -> frozenset[str]:
     )
 
 
+def find_task(user: Any, task_id: Any, related: tuple[str, ...] = ()) -> Task | None:
+    """The task if ``user`` may see it (access.get_visible_task), on every channel — MCP, REST,
+    dashboard; a miss (unknown, foreign or expired id) counts against the user's budget of
+    unknown-id lookups, and past it raises ``limits.Throttled`` (429)."""
+    task = access.get_visible_task(user, task_id, related)
+    if task is None and user is not None and user.is_authenticated:
+        limits.check_unknown_lookup(principal_id=user.pk, task_id=str(task_id)[:64])
+    return task
+
+
 def get_task(user: Any, task_id: Any) -> Task | None:
     """The task with what its detail page shows of its relations, if ``user`` may see it."""
-    task = access.get_visible_task(user, task_id)
-    if task is None:
-        return None
-    return Task.objects.select_related("tenant", "principal", "token", "cancel_requested_by").get(
-        pk=task.pk
-    )
+    return find_task(user, task_id, ("principal", "token", "cancel_requested_by"))
 
 
 def task_detail(user: Any, task: Task) -> TaskDetail:
@@ -400,7 +515,7 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
 
 def get_input_request(user: Any, task_id: Any, key: str) -> tuple[Task, InputRequest] | None:
     """A task ``user`` may see and one of its input requests by key."""
-    task = access.get_visible_task(user, task_id)
+    task = find_task(user, task_id)
     if task is None:
         return None
     request = task.input_requests.filter(key=key).first()
@@ -444,9 +559,9 @@ class AuditFilters:
 
 def _id_cursor(cursor: str | None) -> int | None:
     parts = decode_cursor(cursor)
-    if not parts or len(parts) != 1 or not isinstance(parts[0], int):
+    if not parts or len(parts) != 1 or not isinstance(parts[0], int) or isinstance(parts[0], bool):
         return None
-    return int(parts[0])
+    return parts[0] if 0 <= parts[0] < 2**63 else None
 
 
 def audit_page(
@@ -481,9 +596,10 @@ def audit_page(
     )
 
 
-def audit_event(user: Any, event_id: int) -> AuditEvent | None:
-    """One audit event if ``user`` may read it."""
-    return access.visible_audit_events(user).filter(pk=event_id).first()
+def audit_event(user: Any, chain: str, seq: int) -> AuditEvent | None:
+    """The event ``seq`` of ``chain`` (its address: sequence numbers are per chain) if ``user``
+    may read it."""
+    return access.visible_audit_events(user).filter(chain=chain, seq=seq).first()
 
 
 AUDIT_ACTIONS = (

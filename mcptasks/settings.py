@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -121,6 +122,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI and ReDoc as our own static files (the CSP: 'self')
     "django_htmx",
     "guardian",
+    "axes",
     "channels",
     "mcptasks",
     "audit",
@@ -139,6 +141,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "mcptasks.errors.NotFoundPagesMiddleware",
+    "mcptasks.limits.ThrottledMiddleware",
+    # Last, as django-axes requires: turns a locked-out login into its 429 response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "mcptasks.urls"
@@ -162,6 +167,7 @@ TEMPLATES = [
 ]
 
 AUTHENTICATION_BACKENDS = [
+    "mcptasks.logins.LoginThrottleBackend",  # django-axes: first, so a lockout stops the login
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -287,6 +293,27 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 
+# Login throttling (django-axes; mcptasks/logins.py): a username from one client address is
+# locked out for MCPTASKS_LOGIN_LOCKOUT_S after MCPTASKS_LOGIN_FAILURE_LIMIT failures.
+MCPTASKS_LOGIN_FAILURE_LIMIT = env_int("MCPTASKS_LOGIN_FAILURE_LIMIT", 5)
+MCPTASKS_LOGIN_LOCKOUT_S = env_int("MCPTASKS_LOGIN_LOCKOUT_S", 900)
+AXES_FAILURE_LIMIT = MCPTASKS_LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(seconds=MCPTASKS_LOGIN_LOCKOUT_S)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "mcptasks.client_ip.client_ip"
+AXES_DISABLE_ACCESS_LOG = True  # logins are audited (audit/auth_events.py), not logged twice
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_VERBOSE = False
+# Failed logins are audited, repeats aggregated: per (username or, for unknown usernames, the
+# system chain) and client address, the 1st, 10th, 100th… failure within the window is
+# recorded with its count; the system chain takes at most ..._SYSTEM_MAX of them per window.
+MCPTASKS_LOGIN_FAILED_AUDIT_WINDOW_S = env_int("MCPTASKS_LOGIN_FAILED_AUDIT_WINDOW_S", 3600)
+MCPTASKS_LOGIN_FAILED_AUDIT_SYSTEM_MAX = env_int("MCPTASKS_LOGIN_FAILED_AUDIT_SYSTEM_MAX", 100)
+# Proxies (addresses or networks, comma-separated) whose X-Forwarded-For is believed for the
+# client address (audit "ip", login throttling); default none: REMOTE_ADDR only.
+MCPTASKS_TRUSTED_PROXIES = env_list("MCPTASKS_TRUSTED_PROXIES", [])
+
 # ---------------------------------------------------------------- REST API
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -347,6 +374,15 @@ MCPTASKS_FAST_TASKS_GET_PREPARE = env_bool("MCPTASKS_FAST_TASKS_GET_PREPARE", de
 MCPTASKS_STREAM_KEEPALIVE_S = float(env_str("MCPTASKS_STREAM_KEEPALIVE_S", "15"))
 # Streams re-read unfinished tasks this often: the channel layer delivers at most once.
 MCPTASKS_STREAM_CATCH_UP_S = float(env_str("MCPTASKS_STREAM_CATCH_UP_S", "5"))
+# Open listen streams and dashboard sockets re-check their principal's token, user and
+# memberships this often, and end when access was taken away (README "Security").
+MCPTASKS_STREAM_ACCESS_CHECK_S = float(env_str("MCPTASKS_STREAM_ACCESS_CHECK_S", "2"))
+# A listen stream that sent no notification for this long is ended (0: never).
+MCPTASKS_STREAM_IDLE_TIMEOUT_S = float(env_str("MCPTASKS_STREAM_IDLE_TIMEOUT_S", "3600"))
+# Open subscriptions/listen streams one principal (token or JWT) may hold per web process.
+MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL = env_int(
+    "MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL", 100
+)
 
 # ---------------------------------------------------------------- logging
 # structlog renders every stdlib log record: JSON in production, readable in development,
@@ -358,7 +394,11 @@ LOGGING = {
     "formatters": {"structured": {"()": "mcptasks.logging.formatter", "fmt": LOG_FORMAT}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "daphne": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+        "axes": {"level": "WARNING"},  # its per-login INFO lines repeat what the audit records
+    },
 }
 
 # ---------------------------------------------------------------- hardening
@@ -439,3 +479,10 @@ STORAGES = {
         "OPTIONS": MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS,
     },
 }
+# The dashboard's "verify an export" upload: its size, and what its zip may unpack to.
+MCPTASKS_AUDIT_VERIFY_MAX_UPLOAD_BYTES = env_int(
+    "MCPTASKS_AUDIT_VERIFY_MAX_UPLOAD_BYTES", 33_554_432
+)
+MCPTASKS_AUDIT_VERIFY_MAX_UNCOMPRESSED_BYTES = env_int(
+    "MCPTASKS_AUDIT_VERIFY_MAX_UNCOMPRESSED_BYTES", 268_435_456
+)

@@ -20,6 +20,7 @@ def _token_data(token: ApiToken) -> dict[str, Any]:
         "name": token.name,
         "owner": token.user.get_username(),
         "owner_id": token.user.pk,
+        "issued_by_id": token.issued_by_id,
         "scopes": list(token.scopes),
         "expires_at": token.expires_at.isoformat() if token.expires_at else None,
     }
@@ -33,15 +34,22 @@ def issue_token(
     name: str = "",
     scopes: list[str] | None = None,
     expires_at: datetime | None = None,
+    issued_by: Any = None,
 ) -> tuple[ApiToken, str]:
-    """Create a token for ``user`` in ``tenant`` and record ``token.issued``.
+    """Create a token for ``user`` in ``tenant``, issued by ``issued_by`` (the person acting;
+    default ``user``), and record ``token.issued``.
 
     Returns the token and its plaintext, which is shown once and never stored. Authorizing the
     issue is the caller's job (access.py).
     """
     with transaction.atomic():
         token, plaintext = ApiToken.issue(
-            user=user, tenant=tenant, name=name, scopes=scopes, expires_at=expires_at
+            user=user,
+            tenant=tenant,
+            name=name,
+            scopes=scopes,
+            expires_at=expires_at,
+            issued_by=issued_by,
         )
         record(
             action="token.issued",

@@ -54,26 +54,43 @@ def _relative(seconds: float) -> str:
     return f"{text} ago" if seconds >= 0 else f"in {text}"
 
 
+def local_stamp(moment: datetime, *, seconds: bool = False) -> str:
+    """``moment`` in the viewer's time zone (the one the request activated), with its offset:
+    "2026-12-01 18:52 +09:00", "… UTC" at offset zero — as the page's script writes it."""
+    local = timezone.localtime(moment)
+    stamp = local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    offset = local.strftime("%z")
+    zone = "UTC" if offset in ("+0000", "") else f"{offset[:3]}:{offset[3:]}"
+    return f"{stamp} {zone}"
+
+
 @register.simple_tag
 def reltime(moment: datetime | None) -> SafeString | str:
-    """``<time>`` with the relative time as text and the absolute UTC time as its title
-    (the page's script keeps the relative text fresh)."""
+    """``<time>`` with the absolute time in the viewer's time zone and the relative time beside
+    it (the page's script keeps the relative text fresh); the UTC time is its title."""
     if moment is None:
         return "—"
     relative = _relative((timezone.now() - moment).total_seconds())
     return format_html(
-        '<time datetime="{}" title="{}" data-relative>{}</time>',
+        '<time datetime="{}" title="{}" data-relative><span class="abs">{}</span>'
+        ' <span class="sep" aria-hidden="true">·</span> <span class="rel">{}</span></time>',
         moment.isoformat(),
         f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC",
+        local_stamp(moment),
         relative,
     )
 
 
 @register.simple_tag
-def abstime(moment: datetime | None) -> str:
+def abstime(moment: datetime | None) -> SafeString | str:
+    """``<time>`` with the absolute time, to the second, in the viewer's time zone."""
     if moment is None:
         return "—"
-    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return format_html(
+        '<time datetime="{}" data-seconds><span class="abs">{}</span></time>',
+        moment.isoformat(),
+        local_stamp(moment, seconds=True),
+    )
 
 
 @register.filter
@@ -229,3 +246,41 @@ def redacted(value: Any) -> Any:
     if value is None or value == "":
         return ""
     return redact_text(value) if isinstance(value, str) else wire.shown(value)
+
+
+SORT_LABELS = {
+    "-created": "newest first",
+    "created": "oldest first",
+    "-updated": "most recently updated first",
+    "updated": "least recently updated first",
+}
+
+
+@register.simple_tag
+def sort_label(sort: str) -> str:
+    return SORT_LABELS.get(sort, SORT_LABELS["-created"])
+
+
+@register.simple_tag(takes_context=True)
+def sort_header(
+    context: template.Context, label: str, column: str, current: str, css: str = ""
+) -> SafeString:
+    """A column header that sorts the list by ``column`` (newest first, then oldest first on a
+    second click), with ``aria-sort`` saying how the list is sorted now."""
+    params = context["request"].GET.copy()
+    for cursor in ("older", "newer"):
+        params.pop(cursor, None)
+    descending = f"-{column}"
+    params["sort"] = column if current == descending else descending
+    state = {descending: "descending", column: "ascending"}.get(current, "none")
+    arrow = {"descending": " ↓", "ascending": " ↑"}.get(state, "")
+    return format_html(
+        '<th scope="col" class="{}" aria-sort="{}"><a href="?{}" hx-boost="true" '
+        'hx-target="#task-results" hx-select="#task-results" hx-swap="outerHTML" '
+        'hx-push-url="true">{}<span aria-hidden="true">{}</span></a></th>',
+        f"sortable {css}".strip(),
+        state,
+        params.urlencode(),
+        label,
+        arrow,
+    )

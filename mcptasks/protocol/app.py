@@ -23,15 +23,17 @@ def build_application(django_application: ASGIApp) -> ASGIApp:
     from channels.auth import AuthMiddlewareStack
     from channels.routing import URLRouter
     from channels.security.websocket import AllowedHostsOriginValidator
-    from django.urls import path
+    from django.urls import path, re_path
 
-    from dashboard.consumers import TaskUpdatesConsumer
+    from dashboard.consumers import NoSuchSocket, TaskUpdatesConsumer
 
     websocket = AllowedHostsOriginValidator(
         AuthMiddlewareStack(
             URLRouter(
                 [
                     path("ws/tasks", TaskUpdatesConsumer.as_asgi()),
+                    # Any other path: refused with a close frame, not a routing exception.
+                    re_path(r"", NoSuchSocket.as_asgi()),
                 ]
             )
         )

@@ -2,12 +2,14 @@
 
 The common case — a bearer token's owner polling their own task that is not waiting for input —
 is answered with one SQL round trip on an async psycopg pool, without leaving the event loop:
-token, user and task in one row, checked by the same functions the general path uses
+token, user, the owner's membership of the token's tenant and their own task there in one row
+(another principal's task is not read), checked by the same functions the general path uses
 (``auth.verify_token``, ``access.decide_without_queries``, ``limits.check_poll_async``,
 ``wire.detailed_task``). Anything else returns None and the request takes the general path on a
 worker thread, which gives every error and every other decision: JWTs, unknown or foreign task
-ids, role or delegation rights, tasks awaiting input, a token whose last use is due to be
-recorded, or a row this connection cannot see.
+ids (alike: no task in the row), role or delegation rights, tasks awaiting input, a token whose
+last use is due to be recorded, a token whose owner left its tenant, or a row this connection
+cannot see.
 
 PostgreSQL only, and only under a server process (one long-lived event loop, which the pool
 belongs to); ``MCPTASKS_FAST_TASKS_GET`` turns it off.
@@ -28,7 +30,7 @@ from django.utils import timezone
 
 from mcptasks import access, limits, metrics, wire
 from mcptasks.auth import MCP_SCOPE, AuthError, verify_token
-from mcptasks.models import ApiToken, Task, TaskState
+from mcptasks.models import ApiToken, Membership, Task, TaskState
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.handlers import gate
 
@@ -72,9 +74,15 @@ def _statement() -> str:
     user_model = get_user_model()
     token_table, task_table = ApiToken._meta.db_table, Task._meta.db_table
     user_pk = user_model._meta.pk.column  # type: ignore[union-attr]
+    # Is the token's owner still a member of its tenant (a token acts only while they are)?
+    member = (
+        f'EXISTS (SELECT 1 FROM "{Membership._meta.db_table}" m '  # noqa: S608
+        f'WHERE m."user_id" = t."user_id" AND m."tenant_id" = t."tenant_id")'
+    )
     columns = [
         *_columns(ApiToken, "t", TOKEN_FIELDS),
         f'u."{user_model._meta.get_field("is_active").column}"',
+        member,
         *_columns(Task, "k", TASK_FIELDS),
     ]
     # Identifiers come from model metadata; the values are bound parameters.
@@ -82,7 +90,10 @@ def _statement() -> str:
         f"SELECT {', '.join(columns)} "  # noqa: S608
         f'FROM "{token_table}" t '
         f'JOIN "{user_model._meta.db_table}" u ON u."{user_pk}" = t."user_id" '
+        # Only the token owner's own task in the token's tenant is read: a foreign task's row
+        # is never fetched, so "not yours" and "not there" cost this statement the same.
         f'LEFT JOIN "{task_table}" k ON k."id" = %(task)s '
+        f'AND k."principal_id" = t."user_id" AND k."tenant_id" = t."tenant_id" '
         f'WHERE t."lookup" = %(lookup)s'
     )
 
@@ -152,16 +163,17 @@ async def _read(lookup: str, task_id: str) -> tuple[Any, ...] | None:
         return None
 
 
-def _objects(row: tuple[Any, ...]) -> tuple[ApiToken, Any, Task] | None:
-    """Token (with its user) and task from the row; None if the row has no task."""
+def _objects(row: tuple[Any, ...]) -> tuple[ApiToken, Any, Task, bool] | None:
+    """Token (with its user), task, and whether the token's owner is a member of the token's
+    tenant, from the row; None if the row has no task."""
     n = len(TOKEN_FIELDS)
-    task_values = row[n + 1 :]
+    task_values = row[n + 2 :]
     if task_values[0] is None:
         return None
     token = _instance(ApiToken, TOKEN_FIELDS, row[:n])
     user = _instance(get_user_model(), ("id", "is_active"), (token.user_id, row[n]))
     token.user = user
-    return token, user, _instance(Task, TASK_FIELDS, task_values)
+    return token, user, _instance(Task, TASK_FIELDS, task_values), bool(row[n + 1])
 
 
 def _instance(model: Any, names: tuple[str, ...], values: Any) -> Any:
@@ -186,14 +198,16 @@ async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | N
         found = _objects(row) if row is not None else None
         if found is None:
             return None
-        token, user, task = found
+        token, user, task, member = found
         try:
             verify_token(token, parts[1], MCP_SCOPE)
         except AuthError:
             return None
-        if token.touch_due(timezone.now()) or task.state == TaskState.AWAITING_INPUT:
-            return None
-        if access.decide_without_queries(user, access.Action.VIEW, task) is not access.ALLOW:
+        if not member or token.touch_due(timezone.now()) or task.state == TaskState.AWAITING_INPUT:
+            return None  # the general path refuses a former member's token (401)
+        # The statement read the task only in the token's tenant, whose membership it read.
+        decision = access.decide_without_queries(user, access.Action.VIEW, task, member=True)
+        if decision is not access.ALLOW:
             return None
         gate(call.method, call.params, call.capabilities)
         await limits.check_poll_async(

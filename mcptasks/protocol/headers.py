@@ -12,6 +12,8 @@ from mcptasks.protocol.errors import HEADER_MISMATCH, McpError
 SENTINEL = re.compile(r"^=\?base64\?(.*)\?=$", re.DOTALL)
 # Visible ASCII plus space and tab (surrounding whitespace is trimmed first).
 _VALID_VALUE = re.compile(r"^[\x20-\x7e\t]*$")
+# A number as JSON writes it (float() also reads "５", "5_0" and " 5 ").
+_JSON_NUMBER = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 
 # Which params field Mcp-Name must equal, per method.
 NAME_FIELD = {
@@ -67,7 +69,11 @@ def values_equal(header_value: str, body_value: Any) -> bool:
         return False
     if expected == header_value:
         return True
-    if isinstance(body_value, int | float) and not isinstance(body_value, bool):
+    if (
+        isinstance(body_value, int | float)
+        and not isinstance(body_value, bool)
+        and _JSON_NUMBER.fullmatch(header_value)
+    ):
         try:
             return float(header_value) == float(body_value)  # 42.0 equals 42
         except ValueError:

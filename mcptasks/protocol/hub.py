@@ -101,16 +101,65 @@ def read_frames(
         close_old_connections()
 
 
+# (token pk or None for a JWT, user pk, tenant pk): whose rights a stream runs on.
+PrincipalKey = tuple[int | None, int, int]
+
+
 class Subscriber(Protocol):
     """What the hub needs of a stream (``listen.ListenStream``)."""
 
     viewer: ViewerKey
     user: Any
     capabilities: dict[str, Any]
+    principal_key: PrincipalKey
+    expires_at: Any  # a JWT's expiry (datetime), else None
+    task_ids: list[str]
 
     def behind(self, task_id: str, version: int) -> bool: ...
 
     def offer(self, task_id: str, frame: Frame | None) -> None: ...
+
+    def end(self) -> None: ...
+
+
+def read_grants(keys: set[PrincipalKey]) -> dict[PrincipalKey, dict[int, set[str]] | None]:
+    """For each principal: its user's roles by tenant now, or None when the principal has lost
+    its access (token revoked or expired, user deactivated, no longer a member of the token's
+    tenant). Three queries for every stream of the process."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import Q
+    from django.utils import timezone
+
+    from mcptasks.models import ApiToken, Membership
+
+    try:
+        token_ids = {token for token, _, _ in keys if token is not None}
+        user_ids = {user for _, user, _ in keys}
+        now = timezone.now()
+        live_tokens = set(
+            ApiToken.objects.filter(pk__in=token_ids, revoked_at__isnull=True)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+            .values_list("pk", flat=True)
+        )
+        live_users = set(
+            get_user_model()
+            ._default_manager.filter(pk__in=user_ids, is_active=True)
+            .values_list("pk", flat=True)
+        )
+        roles: dict[int, dict[int, set[str]]] = {}
+        for user_id, tenant_id, role in Membership.objects.filter(
+            user_id__in=live_users
+        ).values_list("user_id", "tenant_id", "role"):
+            roles.setdefault(user_id, {}).setdefault(tenant_id, set()).add(role)
+        grants: dict[PrincipalKey, dict[int, set[str]] | None] = {}
+        for key in keys:
+            token, user, tenant = key
+            held = roles.get(user, {})
+            lost = (token is not None and token not in live_tokens) or tenant not in held
+            grants[key] = None if lost or user not in live_users else held
+        return grants
+    finally:
+        close_old_connections()
 
 
 class Hub:
@@ -126,6 +175,76 @@ class Hub:
         self.fanning: set[tuple[str, int]] = set()
         self.fan_outs: set[asyncio.Task[None]] = set()
         self.latest: dict[tuple[Any, ...], tuple[float, asyncio.Future[Any]]] = {}
+        # Every open stream of this loop (with or without task ids), by principal.
+        self.open: dict[PrincipalKey, set[Subscriber]] = {}
+        self.guard: asyncio.Task[None] | None = None
+
+    def admit(self, stream: Subscriber, limit: int) -> bool:
+        """Count an opening stream of its principal; False (nothing counted) past ``limit``."""
+        streams = self.open.setdefault(stream.principal_key, set())
+        if len(streams) >= limit:
+            if not streams:
+                del self.open[stream.principal_key]
+            return False
+        streams.add(stream)
+        if self.guard is None or self.guard.done():
+            self.guard = asyncio.create_task(self._guard())
+        return True
+
+    def release(self, stream: Subscriber) -> None:
+        streams = self.open.get(stream.principal_key)
+        if streams is not None:
+            streams.discard(stream)
+            if not streams:
+                del self.open[stream.principal_key]
+
+    async def _guard(self) -> None:
+        """Access ends while a stream is open: every ``MCPTASKS_STREAM_ACCESS_CHECK_S`` read
+        what each streaming principal holds now. A principal that lost its access (token
+        revoked, user deactivated, membership of the token's tenant removed) has its streams
+        ended, and so are streams opened with a JWT once it expires; one whose roles changed
+        has them used from now on and its tasks re-read, so a task it may no longer see gets
+        nothing more."""
+        from django.conf import settings
+        from django.utils import timezone
+
+        while True:
+            await asyncio.sleep(settings.MCPTASKS_STREAM_ACCESS_CHECK_S)
+            now = timezone.now()
+            for streams in list(self.open.values()):
+                for stream in list(streams):
+                    if stream.expires_at is not None and stream.expires_at <= now:
+                        stream.end()  # its JWT expired
+            if not self.open:
+                continue
+            try:
+                grants = await sync_to_async(read_grants, thread_sensitive=False)(set(self.open))
+            except Exception:
+                log.warning("stream access check failed", exc_info=True)
+                continue
+            for key, held in grants.items():
+                for stream in list(self.open.get(key, ())):
+                    if held is None:
+                        stream.end()
+                    elif getattr(stream.user, "_mcptasks_roles", None) != held:
+                        access.refresh(stream.user)
+                        stream.user._mcptasks_roles = {t: set(r) for t, r in held.items()}
+                        await self._reread(stream)
+
+    async def _reread(self, stream: Subscriber) -> None:
+        """Offer ``stream`` its tasks as its viewer sees them now (None: no longer visible)."""
+        if not stream.task_ids:
+            return
+        viewer = {stream.viewer: (stream.user, stream.capabilities)}
+        try:
+            frames = await sync_to_async(read_frames, thread_sensitive=False)(
+                list(stream.task_ids), viewer
+            )
+        except Exception:
+            log.warning("stream access re-read failed", exc_info=True)
+            return
+        for task_id in list(stream.task_ids):
+            stream.offer(task_id, frames[stream.viewer].get(task_id))
 
     async def subscribe(self, task_ids: list[str], stream: Subscriber) -> None:
         async with self.lock:

@@ -7,7 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcptasks.protocol.errors import INVALID_REQUEST, PARSE_ERROR, McpError
+from mcptasks import inputs
+from mcptasks.protocol.errors import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, McpError
 
 _MISSING = object()
 
@@ -54,6 +55,22 @@ def parse(body: bytes) -> Message:
         raise McpError(INVALID_REQUEST, "Invalid Request: the body must be a JSON-RPC object")
     request_id = payload.get("id", _MISSING)
     readable_id = request_id if _valid_id(request_id) else None
+    unstorable = inputs.unstorable_text(payload)
+    if unstorable is not None:
+        # A NUL or a lone surrogate (from a \\u escape): text no handler may store or compare in
+        # a query, and a lone surrogate cannot even be echoed back in a UTF-8 response.
+        if unstorable == "id" or unstorable.startswith("id."):
+            readable_id = None
+        reason = f"{unstorable or 'the message'} holds a NUL character or a lone surrogate"
+        if not unstorable.startswith("params."):
+            raise _invalid(f"{reason}; text must be valid Unicode without NUL", readable_id)
+        error = McpError(
+            INVALID_PARAMS,
+            f"Invalid params: {reason}; text must be valid Unicode without NUL",
+            http_status=400,
+        )
+        error.request_id = readable_id  # type: ignore[attr-defined]
+        raise error
     if payload.get("jsonrpc") != "2.0":
         raise _invalid('jsonrpc must be "2.0"', readable_id)
     if "method" not in payload and ("result" in payload or "error" in payload):

@@ -6,6 +6,12 @@ state whenever a broadcast ``(task id, version)`` is ahead of what it sent; the 
 channel layer delivers at most once, so the hub also re-reads the versions of subscribed tasks
 every ``MCPTASKS_STREAM_CATCH_UP_S`` seconds; a terminal state is therefore always delivered.
 Once every task is terminal and delivered the stream ends with the closing result.
+
+The server also ends a stream (with the same closing result) when its principal loses access —
+the hub re-checks every ``MCPTASKS_STREAM_ACCESS_CHECK_S`` — and when no notification was sent
+for ``MCPTASKS_STREAM_IDLE_TIMEOUT_S``. A principal holds at most
+``MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL`` open streams per web process; one more is
+refused with 429.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from django.db import close_old_connections
 from mcptasks import access, events, metrics
 from mcptasks.protocol.call import META_SUBSCRIPTION, Call
 from mcptasks.protocol.errors import invalid_params
-from mcptasks.protocol.hub import Frame, Hub, hub, read_frames, viewer_key
+from mcptasks.protocol.hub import Frame, Hub, PrincipalKey, hub, read_frames, viewer_key
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +61,25 @@ def _visible_ids(user: Any, task_ids: list[str]) -> list[str]:
         return [t for t in task_ids if t in visible]
     finally:
         close_old_connections()
+
+
+async def _too_many_streams(send: Any, limit: int) -> None:
+    metrics.THROTTLED.labels(kind="listen_streams").inc()
+    body = json.dumps(
+        {
+            "error": "too_many_requests",
+            "error_description": f"At most {limit} open subscriptions/listen streams per "
+            "principal (MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL); close one first",
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 429,
+            "headers": [(b"content-type", b"application/json"), (b"retry-after", b"5")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
 
 
 def sse(message: dict[str, Any]) -> bytes:
@@ -148,6 +173,10 @@ class ListenStream:
         self.user = call.principal.user
         self.capabilities = call.capabilities
         self.viewer = viewer_key(self.user, self.capabilities)
+        principal = call.principal
+        self.principal_key: PrincipalKey = (principal.token_id, self.user.pk, principal.tenant.pk)
+        self.expires_at = principal.expires_at
+        self.last_notice = time.monotonic()
         self.subscription = json.dumps(call.id, ensure_ascii=False).encode()
         self.task_ids: list[str] = []
         self.sent_versions: dict[str, int] = {}
@@ -172,35 +201,55 @@ class ListenStream:
         elif frame.version > self.sent_versions.get(task_id, 0):
             self.sent_versions[task_id] = frame.version
             writer.write(frame.head + self.subscription + frame.tail)
+            self.last_notice = time.monotonic()
             if frame.terminal:
                 self.done.add(task_id)
         else:
             return
         if self.task_ids and len(self.done) >= len(self.task_ids):
-            writer.write(
-                sse(
-                    {
-                        "jsonrpc": "2.0",
-                        "id": self.call.id,
-                        "result": {"resultType": "complete", "_meta": self._meta()},
-                    }
-                ),
-                last=True,
-            )
+            self.end()
+
+    def end(self) -> None:
+        """End the stream the graceful way (PROTOCOL §2.6): the closing result, then close."""
+        writer = self.writer
+        if writer is None or writer.closed:
             self._finish()
+            return
+        writer.write(
+            sse(
+                {
+                    "jsonrpc": "2.0",
+                    "id": self.call.id,
+                    "result": {"resultType": "complete", "_meta": self._meta()},
+                }
+            ),
+            last=True,
+        )
+        self._finish()
 
     def _finish(self) -> None:
         if self.finished is not None and not self.finished.done():
             self.finished.set_result(None)
 
     async def run(self, receive: Any, send: Any) -> None:
+        local = hub()
+        limit = settings.MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL
+        if not local.admit(self, limit):
+            await _too_many_streams(send, limit)
+            return
+        try:
+            await self._run(local, receive, send)
+        finally:
+            local.release(self)
+
+    async def _run(self, local: Hub, receive: Any, send: Any) -> None:
         global open_streams
         user = self.user
         opened = time.monotonic()
         acked = None
         if self.requested is not None:
             requested = self.requested
-            acked = await hub().fresh(
+            acked = await local.fresh(
                 ("visible", user.pk, tuple(requested)),
                 opened,
                 lambda: sync_to_async(_visible_ids, thread_sensitive=False)(user, requested),
@@ -218,7 +267,6 @@ class ListenStream:
                 }
             )
         )
-        local = hub()
         self.task_ids = acked or []
         open_streams += 1
         metrics.LISTEN_STREAMS.inc()
@@ -261,17 +309,27 @@ class ListenStream:
 
     async def _wait(self, disconnected: asyncio.Future[None]) -> None:
         """Until the stream is finished or the client leaves; a keep-alive comment whenever
-        nothing was written for ``MCPTASKS_STREAM_KEEPALIVE_S``. The hub writes the
+        nothing was written for ``MCPTASKS_STREAM_KEEPALIVE_S``; the end once no notification
+        was sent for ``MCPTASKS_STREAM_IDLE_TIMEOUT_S`` (0: never). The hub writes the
         notifications: this task does not wake for them."""
         assert self.writer is not None and self.finished is not None
         keepalive_s = settings.MCPTASKS_STREAM_KEEPALIVE_S
+        idle_timeout_s = settings.MCPTASKS_STREAM_IDLE_TIMEOUT_S
         while not self.finished.done() and not disconnected.done():
-            idle = time.monotonic() - self.writer.last_write
+            now = time.monotonic()
+            quiet = now - self.last_notice
+            if idle_timeout_s > 0 and quiet >= idle_timeout_s:
+                self.end()
+                continue
+            idle = now - self.writer.last_write
             if idle >= keepalive_s:
                 self.writer.write(b": keep-alive\n\n")
                 continue
+            timeout = keepalive_s - idle
+            if idle_timeout_s > 0:
+                timeout = min(timeout, idle_timeout_s - quiet)
             await asyncio.wait(
                 {disconnected, self.finished},
-                timeout=keepalive_s - idle,
+                timeout=timeout,
                 return_when=asyncio.FIRST_COMPLETED,
             )

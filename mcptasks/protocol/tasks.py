@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit.record import Actor
-from mcptasks import access, lifecycle, limits, metrics, wire
+from mcptasks import access, lifecycle, limits, metrics, queries, wire
 from mcptasks.models import Task, TaskState
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import invalid_params
@@ -27,9 +27,8 @@ def visible_task(user: Any, task_id: Any, field: str = "taskId") -> Task:
     """The task ``user`` may see under ``task_id``; -32602 for anything else (counted)."""
     if not isinstance(task_id, str) or not task_id:
         raise invalid_params(f"{field} must be a non-empty string")
-    task = access.get_visible_task(user, task_id)
+    task = queries.find_task(user, task_id)
     if task is None:
-        limits.check_unknown_lookup(principal_id=user.pk, task_id=task_id)
         raise invalid_params("Failed to retrieve task: Task not found")
     return task
 

@@ -28,6 +28,11 @@ class ToolRegistrationError(Exception):
     """A tool declaration contradicts itself (bad name, schema, or limits vs TTL)."""
 
 
+class ToolPackError(Exception):
+    """A configured tool pack failed to load: it does not import, or one of its tools'
+    declarations contradicts itself. ``serve`` and the worker refuse to start on it."""
+
+
 @dataclass
 class ToolDef:
     name: str
@@ -169,6 +174,16 @@ class Registry:
         if tool_def.input_schema.get("type") != "object":
             raise ToolRegistrationError(f"{tool_def.name}: inputSchema root must be an object")
         ttl = tool_def.effective_ttl_ms()
+        for limit in ("max_input_wait_s", "max_run_s", "poll_interval_ms", "ttl_ms"):
+            value = getattr(tool_def, limit)
+            if value is not None and not value > 0:
+                raise ToolRegistrationError(f"{tool_def.name}: {limit}={value} must be positive")
+        poll = tool_def.poll_interval_ms
+        if ttl is not None and poll is not None and poll >= ttl:
+            raise ToolRegistrationError(
+                f"{tool_def.name}: poll_interval_ms={poll} must be below ttl_ms={ttl}, or the "
+                "task would expire between two polls"
+            )
         limits_s = (tool_def.max_input_wait_s or 0) + (tool_def.max_run_s or 0)
         if ttl is not None and limits_s and limits_s * 1000 >= ttl:
             raise ToolRegistrationError(
@@ -188,7 +203,12 @@ class Registry:
             if self._loaded:
                 return
             for module in tool_packs():
-                importlib.import_module(module)
+                try:
+                    importlib.import_module(module)
+                except Exception as exc:
+                    raise ToolPackError(
+                        f"tool pack {module!r} failed to load: {type(exc).__name__}: {exc}"
+                    ) from exc
             self._loaded = True
 
     def get(self, name: str) -> ToolDef | None:

@@ -53,6 +53,36 @@
       /^(INPUT|TEXTAREA|SELECT)$/.test(active.tagName));
   }
 
+  // ---------------------------------------------------------------- accessibility
+  // What changed by itself is said in the polite live region (screen readers read it out).
+  function announce(text) {
+    var region = document.getElementById("live-announcer");
+    if (!region || !text) { return; }
+    region.textContent = "";
+    setTimeout(function () { region.textContent = text; }, 50);
+  }
+
+  function stateOf(element) {
+    var badge = element && element.querySelector("[data-state]");
+    return badge ? badge.textContent.trim() : "";
+  }
+
+  function rowName(row) {
+    var tool = row.querySelector(".tool");
+    var id = row.querySelector(".id");
+    return ((tool ? tool.textContent : "Task") + " " + (id ? id.textContent : "")).trim();
+  }
+
+  // After a submit that failed, focus goes to the first field in error (or the error summary).
+  function focusFirstError(root) {
+    var scope = root || document;
+    var field = scope.querySelector(".has-error input, .has-error select, .has-error textarea, [aria-invalid=true]");
+    var target = field || scope.querySelector("[data-errors], .message.error[role=alert]");
+    if (!target) { return; }
+    if (!field && !target.hasAttribute("tabindex")) { target.setAttribute("tabindex", "-1"); }
+    target.focus();
+  }
+
   function flash(element) {
     element.classList.remove("flash");
     void element.offsetWidth;
@@ -67,9 +97,15 @@
       var fresh = parse(html).firstElementChild;
       if (!fresh || !row.isConnected) { return; }
       if (Number(row.dataset.version) >= Number(fresh.dataset.version)) { return; }
+      var before = stateOf(row);
+      var ticked = row.querySelector("input[name=item]:checked");
+      var box = fresh.querySelector("input[name=item]");
+      if (ticked && box && !box.disabled) { box.checked = true; }
       row.replaceWith(fresh);
+      if (stateOf(fresh) !== before) { announce(rowName(fresh) + " is now " + stateOf(fresh) + "."); }
       processNode(fresh);
       refreshRelativeTimes(fresh);
+      localizeTimes(fresh);
       flash(fresh);
     }).catch(function () {});
   }
@@ -85,8 +121,10 @@
       var empty = tbody.querySelector(".empty-row");
       if (empty) { empty.remove(); }
       tbody.insertBefore(fresh, tbody.firstChild);
+      announce("New task: " + rowName(fresh) + ", " + stateOf(fresh) + ".");
       processNode(fresh);
       refreshRelativeTimes(fresh);
+      localizeTimes(fresh);
       flash(fresh);
     }).catch(function () {});
   }
@@ -100,6 +138,8 @@
       var root = fresh.querySelector("#task-live");
       if (root && Number(root.dataset.version) < Number(page.dataset.version)) { return; }
       var pending = false;
+      var head = document.getElementById("sec-head");
+      var before = stateOf(head);
       fresh.querySelectorAll("[data-live-section]").forEach(function (section) {
         var current = document.getElementById(section.id);
         if (!current) { return; }
@@ -114,15 +154,18 @@
         });
         processNode(section);
         refreshRelativeTimes(section);
+        localizeTimes(section);
       });
       if (root && !pending) { page.dataset.version = root.dataset.version; }
+      var after = stateOf(document.getElementById("sec-head"));
+      if (after && after !== before) { announce("This task is now " + after + "."); }
     }).catch(function () {});
   }
 
   // ---------------------------------------------------------------- inbox and its count
   function refreshInbox() {
     var inbox = document.querySelector("[data-live-inbox]");
-    if (!inbox) { return; }
+    if (!inbox || isBusy(inbox) || inbox.querySelector("input[name=item]:checked")) { return; }
     fetchHtml(inbox.dataset.liveUrl).then(function (html) {
       if (html === null || inbox.innerHTML.trim() === html.trim()) { return; }
       var before = {};
@@ -130,9 +173,12 @@
       inbox.innerHTML = html;
       processNode(inbox);
       refreshRelativeTimes(inbox);
+      localizeTimes(inbox);
+      var added = 0;
       inbox.querySelectorAll(".card").forEach(function (card) {
-        if (!before[card.outerHTML]) { flash(card); }
+        if (!before[card.outerHTML]) { flash(card); added += 1; }
       });
+      if (added) { announce(added === 1 ? "Your inbox has changed: 1 new item." : "Your inbox has changed: " + added + " new items."); }
     }).catch(function () {});
   }
 
@@ -216,8 +262,41 @@
   function refreshRelativeTimes(root) {
     (root || document).querySelectorAll("time[data-relative]").forEach(function (element) {
       var date = new Date(element.getAttribute("datetime"));
-      if (!isNaN(date.getTime())) { element.textContent = relative(date); }
+      var text = element.querySelector(".rel");
+      if (!isNaN(date.getTime()) && text) { text.textContent = relative(date); }
     });
+  }
+
+  // ---------------------------------------------------------------- the viewer's time zone
+  // The server writes absolute times in the zone this cookie names (UTC until it is set); when
+  // the browser's differs, the page rewrites them as the server would ("2026-12-01 18:52 +09:00").
+  var browserZone = "";
+  try { browserZone = Intl.DateTimeFormat().resolvedOptions().timeZone || ""; } catch (err) {}
+
+  function pad(number) { return (number < 10 ? "0" : "") + number; }
+
+  function localStamp(date, seconds) {
+    var minutes = -date.getTimezoneOffset();
+    var sign = minutes < 0 ? "-" : "+";
+    var zone = minutes === 0 ? "UTC" :
+      sign + pad(Math.floor(Math.abs(minutes) / 60)) + ":" + pad(Math.abs(minutes) % 60);
+    return date.getFullYear() + "-" + pad(date.getMonth() + 1) + "-" + pad(date.getDate()) +
+      " " + pad(date.getHours()) + ":" + pad(date.getMinutes()) +
+      (seconds ? ":" + pad(date.getSeconds()) : "") + " " + zone;
+  }
+
+  function localizeTimes(root) {
+    if (!browserZone || browserZone === body.dataset.tz) { return; }
+    (root || document).querySelectorAll("time[datetime] .abs").forEach(function (element) {
+      var time = element.parentNode;
+      var date = new Date(time.getAttribute("datetime"));
+      if (!isNaN(date.getTime())) { element.textContent = localStamp(date, time.hasAttribute("data-seconds")); }
+    });
+  }
+
+  if (browserZone !== body.dataset.tz && /^[A-Za-z0-9_+\-\/]{1,64}$/.test(browserZone)) {
+    document.cookie = "mcptasks_tz=" + browserZone +
+      "; path=/; max-age=31536000; SameSite=Lax" + (window.location.protocol === "https:" ? "; Secure" : "");
   }
 
   // ---------------------------------------------------------------- conveniences
@@ -239,7 +318,26 @@
     if (target && target.matches && target.matches("input[data-select-on-focus]")) { target.select(); }
   });
 
+  // A filter applied in place pushed its own URL: the tenant switcher comes back to it, and the
+  // links that carry the filters (the audit export) carry the new ones.
+  document.addEventListener("htmx:pushedIntoHistory", function () {
+    var here = window.location.pathname + window.location.search;
+    document.querySelectorAll('.tenant-switch input[name="next"], form[data-keeps-next] input[name="next"]').forEach(function (input) {
+      input.value = here;
+    });
+    document.querySelectorAll("a[data-keeps-query]").forEach(function (link) {
+      link.href = link.pathname + window.location.search;
+    });
+  });
+
   refreshRelativeTimes(document);
+  localizeTimes(document);
+  document.addEventListener("htmx:afterSettle", function (event) {
+    localizeTimes(document);
+    var results = document.getElementById("task-results");
+    if (results && results.querySelector("[data-errors]")) { focusFirstError(results); }
+  });
+  focusFirstError(document);
   setInterval(function () { refreshRelativeTimes(document); }, 30000);
   if (body.dataset.wsUrl) {
     connect();

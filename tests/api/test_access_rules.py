@@ -12,7 +12,7 @@ from mcptasks.models import Membership, Role, Tenant
 
 pytestmark = pytest.mark.django_db
 
-# (user, tenant, may see it): members see their tenants; staff operators see every tenant.
+# (user, tenant, may see it): members see their tenants, staff operators too only theirs.
 MAY_SEE_TENANT = [
     ("alice", "acme", True),
     ("alice", "globex", False),
@@ -24,7 +24,7 @@ MAY_SEE_TENANT = [
     ("carl", "globex", True),
     ("olga", "acme", True),
     ("olga", "globex", True),
-    ("olga", "initech", True),  # a staff operator: every tenant
+    ("olga", "initech", False),  # staff operator of acme and globex: not initech (issue 19)
     ("sam", "initech", False),  # staff without an operator role: no special rights
     ("ivan", "acme", False),  # an inactive member
 ]

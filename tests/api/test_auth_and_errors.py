@@ -118,3 +118,103 @@ def test_nul_characters_never_reach_the_database(api: Any, task_in: Any) -> None
         body = problem(olga.client.post(answer, raw, content_type="application/json"), 422)
         assert body["detail"].startswith("Response.content")
     assert ok(olga.get(f"{TASKS}/{task.pk}"))["input_requests"][0]["state"] == "pending"
+
+
+# ---------------------------------------------------------------- no 500 from client input
+# Each of these answered 500 (or, for a fullwidth digit, revoked token 5) before the ids, cursors
+# and bodies were checked where they are parsed (mcptasks/inputs.py).
+@pytest.mark.parametrize("segment", ["%C2%B2", "%EF%BC%95", "%D9%A5", "5%00", "1" * 19, "-5", "+5"])
+def test_token_and_effect_ids_are_ascii_digits_only(api: Any, task_in: Any, segment: str) -> None:
+    olga = api("olga")
+    active = ApiToken.objects.filter(revoked_at__isnull=True).count()
+    problem(olga.client.post(f"/api/v1/tokens/{segment}/revoke", {}, format="json"), 404)
+    assert ApiToken.objects.filter(revoked_at__isnull=True).count() == active
+    task = task_in("needs_reconciliation")
+    reconcile = f"{TASKS}/{task.pk}/effects/{segment}/reconcile"
+    problem(olga.post(reconcile, {"decision": "fail", "reason": "x"}), 404)
+
+
+def _drf_cursor(query: str) -> str:
+    import base64
+
+    return base64.b64encode(query.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/api/v1/tasks", "/api/v1/tokens", "/api/v1/audit/events"],
+)
+@pytest.mark.parametrize(
+    "position",
+    [
+        "2026",  # cD0yMDI2, the finding
+        "not-a-time",
+        "2026-01-01 00:00:00",  # no offset
+        "2026-01-01 00:00:00+23:59",  # beyond PostgreSQL's offsets: converted to UTC first
+        "0001-01-01 00:00:00+05:00",  # before year 1 in UTC
+        "2026-01-01 00:00:00+00:00\x00",
+        "%EF%BC%95",
+        "\uff15",
+        "99999999999999999999",
+    ],
+)
+def test_cursors_the_api_did_not_issue_are_invalid_input(
+    api: Any, make_task: Any, path: str, position: str
+) -> None:
+    make_task("alice")
+    from urllib.parse import urlencode
+
+    response = api("carl").get(path, cursor=_drf_cursor(urlencode({"p": position})))
+    assert response.status_code in (200, 422), response.content
+    if response.status_code == 422:
+        body = problem(response, 422)
+        assert "cursor" in body["errors"] and body["detail"].startswith("Cursor: Invalid cursor")
+
+
+def test_a_cursor_of_the_api_still_pages(api: Any, make_task: Any) -> None:
+    for _ in range(3):
+        make_task("alice")
+    alice = api("alice")
+    first = ok(alice.get(TASKS, page_size=2))
+    second = ok(alice.client.get(first["next"]))
+    assert len(first["results"]) == 2 and len(second["results"]) == 1
+
+
+@pytest.mark.parametrize("depth", [65, 990, 5000, 100_000])
+@pytest.mark.parametrize("kind", ["[", "{"])
+def test_deeply_nested_json_bodies_are_400(api: Any, make_task: Any, depth: int, kind: str) -> None:
+    task = make_task("alice")
+    deep = "[" * depth + "]" * depth if kind == "[" else '{"a":' * depth + "1" + "}" * depth
+    alice = api("alice")
+    for path, template in [
+        ("/api/v1/tokens/issue", '{"name": %s}'),
+        (f"{TASKS}/{task.pk}/cancel", '{"reason": %s}'),
+        (f"{TASKS}/{task.pk}/cancel", "%s"),
+    ]:
+        body = problem(
+            alice.client.post(path, template % deep, content_type="application/json"), 400
+        )
+        assert "nest" in body["detail"]
+    task.refresh_from_db()
+    assert task.cancel_requested_at is None
+
+
+def test_nesting_within_the_limit_is_read(api: Any, make_task: Any) -> None:
+    task = make_task("alice")
+    nested: Any = "stop"
+    for _ in range(63):
+        nested = {"a": nested}
+    # 64 levels (the reason's object and the body): parsed, then refused by the serializer.
+    body = problem(api("alice").post(f"{TASKS}/{task.pk}/cancel", {"reason": nested}), 422)
+    assert body["detail"].startswith("Reason")
+
+
+def test_bearer_tokens_holding_a_nul_or_a_lone_surrogate_are_401(
+    api_tokens: dict[str, str],
+) -> None:
+    """The lookup reached the database, which refuses NUL (a 500 on PostgreSQL)."""
+    real = api_tokens["alice"]
+    lookup = real.split("_")[1]
+    for secret in ["mcpt_ab\x00c_def", f"mcpt_{lookup}\x00_x", f"{real}\x00", "mcpt_\udaf1_x"]:
+        problem(bearer(secret).get(TASKS), 401)
+    ok(bearer(real).get(TASKS))

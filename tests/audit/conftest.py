@@ -15,6 +15,17 @@ from audit.record import Actor, record
 TABLES = ("audit_auditevent", "audit_retentioncheckpoint")
 
 
+@pytest.fixture(autouse=True)
+def fresh_limits() -> Iterator[None]:
+    """Failed logins are counted per window (audit/auth_events.py): each test starts at zero."""
+    from mcptasks import limits
+
+    limits.buckets.cache_clear()
+    limits.buckets().reset()
+    yield
+    limits.buckets().reset()
+
+
 @pytest.fixture
 def record_events(cast: dict[str, dict[str, Any]]) -> Callable[..., list[AuditEvent]]:
     """Record ``count`` events in a tenant's chain (or ``system`` with tenant=None)."""

@@ -99,12 +99,22 @@ class Session:
     """One signed-in browser user: a context (own cookies) and its pages."""
 
     def __init__(
-        self, browser: Any, base_url: str, name: str, password: str, width: int = 1280
+        self,
+        browser: Any,
+        base_url: str,
+        name: str,
+        password: str,
+        width: int = 1280,
+        height: int = 900,
+        **options: Any,
     ) -> None:
         self.name = name
         self.base_url = base_url
         self.context = browser.new_context(
-            base_url=base_url, viewport={"width": width, "height": 900}, accept_downloads=True
+            base_url=base_url,
+            viewport={"width": width, "height": height},
+            accept_downloads=True,
+            **options,
         )
         self.console_errors: list[str] = []
         self.page = self.new_page()
@@ -138,7 +148,7 @@ class Session:
 
 
 def wait_live(page: Any) -> None:
-    page.wait_for_selector("#live-status[data-state='live']", timeout=15_000)
+    page.wait_for_selector("#live-status[data-state='live']", state="attached", timeout=15_000)
 
 
 @pytest.fixture
@@ -147,8 +157,9 @@ def sign_in(
 ) -> Iterator[Callable[..., Session]]:
     sessions: list[Session] = []
 
-    def make(name: str, width: int = 1280) -> Session:
-        session = Session(browser, live_url, name, cast[name]["password"], width)
+    def make(name: str, width: int = 1280, height: int = 900, **options: Any) -> Session:
+        """``options`` go to the browser context (``timezone_id``, ``reduced_motion``…)."""
+        session = Session(browser, live_url, name, cast[name]["password"], width, height, **options)
         sessions.append(session)
         return session
 
@@ -226,3 +237,20 @@ def shoot() -> Callable[[Any, str], None]:
         page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
 
     return take
+
+
+AXE = Path(__file__).resolve().parent / "assets" / "axe.min.js"
+WCAG_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22a", "wcag22aa"]
+
+
+def axe_violations(page: Any) -> list[dict[str, Any]]:
+    """The serious and critical WCAG 2.2 A/AA violations axe-core finds in the page as it is."""
+    if not page.evaluate("typeof window.axe !== 'undefined'"):
+        page.evaluate(AXE.read_text())
+    found = page.evaluate(
+        "tags => axe.run(document, {runOnly: {type: 'tag', values: tags}})"
+        ".then(r => r.violations.map(v => ({id: v.id, impact: v.impact, help: v.help,"
+        " nodes: v.nodes.slice(0, 5).map(n => n.target.join(' '))})))",
+        WCAG_TAGS,
+    )
+    return [v for v in found if v["impact"] in ("serious", "critical")]

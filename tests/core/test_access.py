@@ -153,10 +153,35 @@ def test_tenant_roles_do_not_reach_a_tenant_without_membership(users, initech_ta
         ), name
 
 
-def test_staff_operator_acts_in_every_tenant(users, initech_task):
+def test_staff_operator_acts_only_in_tenants_where_they_hold_the_role(users, tasks, initech_task):
+    """Issue 19: a staff user who is operator of acme and globex is nobody in initech."""
     olga = users["olga"]
-    assert access.can(olga, A.FORCE_CANCEL, initech_task)
-    assert access.visible_tasks(olga).filter(pk=initech_task.pk).exists()
+    assert olga.is_staff
+    for action in A:
+        assert not access.can(olga, action, initech_task), action
+    assert not access.visible_tasks(olga).filter(pk=initech_task.pk).exists()
+    assert not access.visible_tasks_for_listing(olga).filter(pk=initech_task.pk).exists()
+    assert initech_task.tenant_id not in (access.tenants_where(olga, A.FORCE_CANCEL) or [])
+    assert initech_task.tenant_id not in (access.token_admin_tenants(olga) or [])
+    assert not access.may_see_tenant(olga, initech_task.tenant_id)
+    assert access.can(olga, A.FORCE_CANCEL, tasks["bob_task"])  # where she holds the role
+
+
+def test_removing_a_membership_ends_every_right_in_that_tenant(users, tasks):
+    """The owner's rights, a role's and a delegation hold only while the user is a member."""
+    alice, carl, adam = users["alice"], users["carl"], users["adam"]
+    task = tasks["alice_task"]
+    access.assign_delegation(grantee=adam, task=task, delegation="view")
+    assert access.can(alice, A.VIEW, task) and access.can(carl, A.VIEW, task)
+    assert access.can(adam, A.VIEW, task)
+    Membership.objects.filter(tenant_id=task.tenant_id, user__in=[alice, carl, adam]).delete()
+    for user in (alice, carl, adam):
+        user = get_user_model().objects.get(pk=user.pk)  # a new request: roles read again
+        assert not access.can(user, A.VIEW, task), user
+        assert not access.can(user, A.CANCEL, task), user
+        assert not access.visible_tasks(user).filter(pk=task.pk).exists(), user
+        assert not access.visible_tasks_for_listing(user).filter(pk=task.pk).exists(), user
+        assert access.get_visible_task(user, task.pk) is None
 
 
 def test_unknown_and_forbidden_task_ids_look_the_same(users, tasks):

@@ -179,6 +179,25 @@ def test_a_revoked_token_is_refused_on_the_very_next_poll(server, cast, make_tas
     assert "expired or revoked" in reply.headers["www-authenticate"]
 
 
+def test_a_token_whose_owner_left_its_tenant_is_refused_on_the_very_next_poll(
+    server, cast, make_task
+):
+    """Issue 19: a token acts only while its owner is a member of its tenant, on this path
+    too (the fast path's one query reads the membership with the token)."""
+    from mcptasks.models import Membership
+
+    alice = cast["alice"]
+    task = completed_task(make_task)
+    warm(server, alice["token"], task.pk)
+    probe = PathProbe(server)
+    assert tasks_get(server, alice["token"], task.pk).status_code == 200
+    assert probe.delta() == {"fast": 1}
+    Membership.objects.filter(user=alice["user"], tenant=alice["tenant"]).delete()
+    reply = tasks_get(server, alice["token"], task.pk)
+    assert reply.status_code == 401
+    assert "no longer a member" in reply.headers["www-authenticate"]
+
+
 @pytest.mark.parametrize(
     ("change", "status", "error"),
     [

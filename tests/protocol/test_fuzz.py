@@ -1,13 +1,17 @@
 """Fuzzing /mcp (hypothesis): envelopes, headers and params — wrong types, missing and extra
-fields, huge strings, 5,000-deep nesting, bad UTF-8, out-of-range numbers.
+fields, huge strings, 5,000-deep nesting, bad UTF-8, out-of-range numbers, NUL characters and
+lone surrogates (``\\udaf1`` escapes), Unicode and fullwidth digits in ids, cursors and
+arguments.
 
-For every input: never a 500, never an exception escaping the ASGI application, every JSON body
-a well-formed JSON-RPC response, and a rejected request leaves no Task row and no AuditEvent.
-A few hundred examples in all, so the suite stays fast.
+For every input: never a 500, never an exception escaping the ASGI application, never -32603
+(an internal error is a bug, not an answer to client input), every JSON body a well-formed
+JSON-RPC response, and a rejected request leaves no Task row and no AuditEvent. A few hundred
+examples in all, so the suite stays fast.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -75,12 +79,20 @@ NAME_FIELD = {
     "tasks/cancel": "taskId",
 }
 
+# Unicode digits that str.isdigit() accepts and int() reads (or refuses), fullwidth letters.
+ODD_DIGITS = ["²", "５", "٥", "𝟓", "١٢", "Ⅻ", "５\x00", "0x10", "1_000", " 7 ", "+5", "-0"]
+# Any code point, lone surrogates included (json.dumps writes them as \\ud800-style escapes).
+odd_text = st.text(
+    alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, exclude_categories=()),
+    max_size=12,
+) | st.sampled_from(["\x00", "a\x00b", "\udaf1", "\ud800\udc00", "\udfff", *ODD_DIGITS])
 scalars = (
     st.none()
     | st.booleans()
     | st.integers(min_value=-(2**70), max_value=2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=40)
+    | odd_text
 )
 json_values = st.recursive(
     scalars,
@@ -101,6 +113,16 @@ def meta(capabilities: Any = None) -> dict[str, Any]:
     }
 
 
+def header_value(text: str) -> bytes:
+    """A header carrying ``text`` as a client would: plain when it is printable ASCII, else
+    in the =?base64?…?= form (so the request gets past the header checks to the handler)."""
+    if text.isascii() and text.isprintable() and text.strip() == text:
+        return text.encode()
+    text = json.loads(json.dumps(text))  # what the server reads: escaped pairs joined
+    raw = text.encode("utf-8", "surrogatepass")
+    return b"=?base64?" + base64.b64encode(raw) + b"?="
+
+
 def headers_for(
     token: str | None, method: Any, params: Any, overrides: dict[bytes, bytes | None] | None = None
 ) -> list[tuple[bytes, bytes]]:
@@ -114,7 +136,7 @@ def headers_for(
         headers[b"mcp-method"] = method.encode("utf-8", "replace")
         field = NAME_FIELD.get(method)
         if field and isinstance(params, dict) and isinstance(params.get(field), str | int):
-            headers[b"mcp-name"] = str(params[field]).encode("utf-8", "replace")
+            headers[b"mcp-name"] = header_value(str(params[field]))
     if token:
         headers[b"authorization"] = f"Bearer {token}".encode()
     for key, value in (overrides or {}).items():
@@ -149,6 +171,7 @@ def check(exchange: AsgiExchange, *, before: tuple[int, int, int]) -> None:
             error = assert_error_response(status, body)
             # the generic message is what an exception nobody handled becomes: a bug
             assert error["message"] != "Internal error", "unhandled exception"
+            assert error["code"] != -32603, error
         else:
             validate("JSONRPCResultResponse", body)
     elif status not in (202,):
@@ -452,3 +475,157 @@ def test_non_json_numbers_are_parse_errors(token: str, literal: str) -> None:
     )
     exchange = send(headers_for(token, "tools/call", {"name": "routed"}), body.encode())
     assert exchange.status == 400 and exchange.body["error"]["code"] == -32700
+
+
+# ---------------------------------------------------------------- NUL, surrogates, odd digits
+@FUZZ
+@given(
+    method=st.sampled_from(
+        [
+            "tasks/get",
+            "tasks/update",
+            "tasks/cancel",
+            "tools/call",
+            "tools/list",
+            "subscriptions/listen",
+        ]
+    ),
+    where=st.sampled_from(
+        ["taskId", "cursor", "name", "argument", "argument key", "response", "state", "id"]
+    ),
+    value=odd_text,
+    real_task=st.booleans(),
+)
+def test_fuzz_nul_surrogates_and_unicode_digits_in_ids_cursors_and_arguments(
+    token: str, make_task: Any, method: str, where: str, value: str, real_task: bool
+) -> None:
+    """Each goes where an id, a cursor or an argument is read; a real task's id with the value
+    spliced in (mixed-width ids) must not find that task."""
+    task_id = make_task("alice").pk if real_task else "t-1"
+    params: dict[str, Any] = {"_meta": meta()}
+    request_id: Any = 7
+    if where == "taskId":
+        params["taskId"] = task_id[:3] + value + task_id[3:] if real_task else value
+    elif where == "cursor":
+        params["cursor"] = value
+    elif where == "name":
+        params["name"] = value
+    elif where in ("argument", "argument key"):
+        params["name"] = "routed" if method == "tools/call" else value
+        params["arguments"] = {value: "eu"} if where == "argument key" else {"region": value}
+    elif where == "response":
+        params["inputResponses"] = {"confirm": {"action": "accept", "content": {"x": value}}}
+    elif where == "state":
+        params["requestState"] = value
+    else:
+        request_id = value
+    if method in ("tasks/get", "tasks/update", "tasks/cancel"):
+        params.setdefault("taskId", task_id)
+    if method == "tools/call":
+        params.setdefault("name", "mrtr_confirm_then_apply")
+    if method == "subscriptions/listen":
+        params["notifications"] = {"taskIds": [params.pop("taskId", value)]}
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+    before = counts()
+    headers = headers_for(token, method, params)
+    if method == "tools/call" and isinstance(params.get("arguments", {}).get("region"), str):
+        headers.append((b"mcp-param-region", header_value(params["arguments"]["region"])))
+    exchange = send(headers, body.encode())
+    check(exchange, before=before)
+    read = json.loads(json.dumps(value))  # as the server reads it: escaped pairs joined
+    unstorable = "\x00" in read or read.encode("utf-8", "surrogatepass") != read.encode(
+        "utf-8", "replace"
+    )
+    if unstorable and isinstance(exchange.body, dict) and "error" in exchange.body:
+        assert exchange.body["error"]["code"] in (-32600, -32602, -32700), exchange.body
+    if where == "taskId" and real_task and method == "tasks/get" and value:
+        assert "error" in exchange.body, exchange.body  # a mixed-width id is not the task's id
+
+
+# ---------------------------------------------------------------- regressions found by fuzzing
+UNSTORABLE_AT = [
+    ("tasks/get", lambda text: {"taskId": text}),
+    ("tasks/cancel", lambda text: {"taskId": text}),
+    ("tasks/update", lambda text: {"taskId": text, "inputResponses": {}}),
+    ("tools/call", lambda text: {"name": "echo_task", "arguments": {"text": text}}),
+    ("tools/call", lambda text: {"name": "echo_task", "arguments": {text: "x"}}),
+    ("tools/call", lambda text: {"name": text, "arguments": {}}),
+    ("tools/list", lambda text: {"cursor": text}),
+]
+
+
+@pytest.mark.parametrize("text", ["ab\x00cd", "ab\udaf1cd", "\udc00", "\x00"])
+def test_nul_and_lone_surrogates_are_invalid_params_and_store_nothing(
+    token: str, text: str
+) -> None:
+    """These answered -32603 on PostgreSQL (which refuses NUL in text), or could not be encoded
+    in the UTF-8 response at all (a lone surrogate echoed back)."""
+    for method, make_params in UNSTORABLE_AT:
+        params = {**make_params(text), "_meta": meta()}
+        body = json.dumps({"jsonrpc": "2.0", "id": 11, "method": method, "params": params})
+        before = counts()
+        exchange = send(headers_for(token, method, params), body.encode())
+        check(exchange, before=before)
+        assert exchange.status == 400 and exchange.body["id"] == 11, (method, exchange.body)
+        assert exchange.body["error"]["code"] == -32602, (method, exchange.body)
+        assert "NUL character or a lone surrogate" in exchange.body["error"]["message"]
+        assert counts() == before
+
+
+def test_unstorable_text_in_the_request_id_is_an_invalid_request(token: str) -> None:
+    for request_id in ["a\x00b", "\udaf1"]:
+        body = json.dumps(
+            {"jsonrpc": "2.0", "id": request_id, "method": "tools/list", "params": {}}
+        )
+        exchange = send(headers_for(token, "tools/list", {}), body.encode())
+        check(exchange, before=counts())
+        assert exchange.body["error"]["code"] == -32600 and "id" not in exchange.body
+
+
+def test_a_task_id_in_other_digits_or_widths_is_not_that_task(token: str, make_task: Any) -> None:
+    task = make_task("alice")
+    fullwidth = "".join(
+        chr(ord(char) + 0xFEE0) if char.isascii() and char.isalnum() else char for char in task.pk
+    )
+    for task_id in (fullwidth, task.pk[:-1] + "５", task.pk.upper(), f" {task.pk}"):
+        params = {"taskId": task_id, "_meta": meta()}
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params})
+        exchange = send(headers_for(token, "tasks/get", params), body.encode())
+        check(exchange, before=counts())
+        assert exchange.body["error"]["code"] == -32602, (task_id, exchange.body)
+    params = {"taskId": task.pk, "_meta": meta()}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": params})
+    assert send(headers_for(token, "tasks/get", params), body.encode()).body["result"]
+
+
+@pytest.mark.parametrize(
+    "count, header",
+    [(5, "５"), (5, "٥"), (50, "5_0"), (5, "+5"), (5, "0x5"), (5, "5."), (5, "Infinity")],
+)
+def test_param_headers_match_numbers_written_as_json_only(
+    token: str, count: int, header: str
+) -> None:
+    """float() reads "５" as 5 and "5_0" as 50: such a header once matched the argument."""
+    params = {"name": "routed", "arguments": {"count": count}, "_meta": meta()}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params})
+    headers = [
+        *headers_for(token, "tools/call", params),
+        (b"mcp-param-count", header_value(header)),
+    ]
+    exchange = send(headers, body.encode())
+    check(exchange, before=counts())
+    assert exchange.status == 400 and exchange.body["error"]["code"] == -32020, exchange.body
+    same = [*headers_for(token, "tools/call", params), (b"mcp-param-count", f"{count}.0".encode())]
+    assert send(same, body.encode()).body["result"]["resultType"] == "complete"
+
+
+def test_a_bearer_token_holding_a_nul_is_401(token: str) -> None:
+    """Its lookup reached the database, which refuses NUL (-32603 on PostgreSQL)."""
+    lookup = token.split("_")[1]
+    params = {"_meta": meta()}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": params})
+    for credential in ["mcpt_ab\x00c_def", f"mcpt_{lookup}\x00_x"]:
+        overrides = {b"authorization": f"Bearer {credential}".encode()}
+        exchange = send(headers_for(token, "tools/list", params, overrides), body.encode())
+        check(exchange, before=counts())
+        assert exchange.status == 401, exchange.body

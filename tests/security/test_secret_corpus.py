@@ -178,14 +178,21 @@ class ListenRecorder(threading.Thread):
 
 # ---------------------------------------------------------------- what non-owners see
 def dashboard_pages(url: str, who: Viewer, task_ids: list[str], asking: str | None) -> list:
-    paths = ["/inbox/", "/inbox/?fragment=1", "/inbox/counts", "/tasks/", "/audit/", "/audit/export"]
+    paths = [
+        "/inbox/",
+        "/inbox/?fragment=1",
+        "/inbox/counts",
+        "/tasks/",
+        "/audit/",
+        "/audit/export",
+    ]
     paths += ["/audit/verify", "/tokens/"]
     for task_id in task_ids:
         paths += [f"/tasks/{task_id}/", f"/tasks/{task_id}/?fragment=live", f"/tasks/{task_id}/row"]
     if asking:
         paths.append(f"/tasks/{asking}/inputs/confirm/")
-    event_ids = AuditEvent.objects.filter(task_id__in=task_ids).values_list("pk", flat=True)
-    paths += [f"/audit/{event_id}/" for event_id in event_ids]
+    events = AuditEvent.objects.filter(task_id__in=task_ids).values_list("chain", "seq")
+    paths += [f"/audit/{chain}/{seq}/" for chain, seq in events]
     seen = []
     for path in paths:
         response = httpx.get(f"{url}{path}", cookies=who.cookies(), timeout=20)

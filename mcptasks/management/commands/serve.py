@@ -49,6 +49,12 @@ class Command(BaseCommand):
             raise CommandError(f"--port must be 0-65535, got {port}")
         if options["workers"] < 1:
             raise CommandError(f"--workers must be at least 1, got {options['workers']}")
+        from mcptasks.tools.registry import ToolPackError, registry
+
+        try:  # fail fast: a broken tool pack would otherwise fail every job it runs
+            registry.ensure_loaded()
+        except ToolPackError as exc:
+            raise CommandError(f"{exc}; not serving") from exc
         if settings.MCPTASKS_CONFORMANCE_MODE:
             if not is_loopback(host):
                 raise CommandError(
@@ -77,10 +83,10 @@ class Command(BaseCommand):
                     "(set DATABASE_URL and REDIS_URL and run `celery -A mcptasks worker`)"
                 )
             embedded.decline()  # the application must not start one on its first request
+        # No --proxy-headers: Daphne would take X-Forwarded-For from any client as its
+        # address; mcptasks.client_ip believes it only from MCPTASKS_TRUSTED_PROXIES.
         self.stdout.write(f"Serving on http://{host}:{port}/ (MCP endpoint /mcp)")
-        daphne_cli().run(
-            ["-b", host, "-p", str(port), "--proxy-headers", "mcptasks.asgi:application"]
-        )
+        daphne_cli().run(["-b", host, "-p", str(port), "mcptasks.asgi:application"])
 
 
 def daphne_cli() -> Any:
