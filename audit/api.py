@@ -49,7 +49,12 @@ from mcptasks.api_serializers import (
 HANDLE_SALT = "mcptasks.audit.api.export"
 HANDLE_MAX_AGE_S = 24 * 3600
 ALL_CHAINS = "*"
-MEDIA_TYPES = {"jsonl": "application/jsonl", "csv": "text/csv; charset=utf-8"}
+MEDIA_TYPES = {
+    "jsonl": "application/jsonl",
+    "csv": "text/csv; charset=utf-8",
+    "ocsf": "application/jsonl",
+}
+SUFFIXES = {"ocsf": "ocsf.jsonl"}
 
 
 @list_schema(
@@ -196,7 +201,7 @@ class AuditExportFileView(_ExportHandleView):
             _chunks_for(request, iter(stream)), content_type=MEDIA_TYPES[stream.format]
         )
         response["Content-Disposition"] = (
-            f'attachment; filename="audit-export-{stamp}.{stream.format}"'
+            f'attachment; filename="audit-export-{stamp}.{SUFFIXES.get(stream.format, stream.format)}"'
         )
         response["Cache-Control"] = "no-store"
         return response

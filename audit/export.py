@@ -31,12 +31,12 @@ from django.db.models import Func, Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from audit import signing
+from audit import ocsf, signing
 from audit.chain import ROW_FIELDS, body_of_row, latest_checkpoint, link_hash
 from audit.models import AuditEvent, ChainHead
 from audit.record import Actor, record
 
-FORMATS = ("csv", "jsonl")
+FORMATS = ("csv", "jsonl", "ocsf")  # ocsf: JSONL of OCSF events (audit/ocsf.py)
 EXPORTED_ACTION = "audit.exported"
 MANIFEST_VERSION = 1
 CHUNK_ROWS = 2000
@@ -206,6 +206,15 @@ def _jsonl_chunk(rows: list[tuple[Any, ...]]) -> bytes:
     ).encode("utf-8", "surrogatepass")
 
 
+def _ocsf_chunk(rows: list[tuple[Any, ...]]) -> bytes:
+    lines = []
+    for row in rows:
+        event = dict(zip(ROW_FIELDS, row, strict=True))
+        event["data"] = json.loads(event["data"])
+        lines.append(json.dumps(ocsf.to_ocsf(event), ensure_ascii=False) + "\n")
+    return "".join(lines).encode("utf-8", "surrogatepass")
+
+
 # OWASP's CSV-injection rule: a cell a spreadsheet would read as a formula (it starts with
 # =, +, -, @, a tab or a carriage return) gets a leading apostrophe. A cell that already starts
 # with apostrophes before such a character gets one more, so reading drops exactly one and the
@@ -286,7 +295,7 @@ class ExportStream:
     def __iter__(self) -> Iterator[bytes]:
         if self._done:
             raise RuntimeError("an ExportStream can be iterated once")
-        encode = _csv_chunk if self.format == "csv" else _jsonl_chunk
+        encode = {"csv": _csv_chunk, "jsonl": _jsonl_chunk, "ocsf": _ocsf_chunk}[self.format]
         if self.format == "csv":
             yield self._account(_csv_header())
         for chain, head in self.heads.items():
@@ -423,7 +432,11 @@ MAX_PROBLEMS = 20
 
 
 def verify_export(
-    export: BinaryIO, manifest: dict[str, Any], *, trusted_keys: dict[str, str] | None = None
+    export: BinaryIO,
+    manifest: dict[str, Any],
+    *,
+    trusted_keys: dict[str, str] | None = None,
+    anchors: dict[str, dict[int, Any]] | None = None,
 ) -> ExportCheck:
     """Check an export against its manifest and the stored chains.
 
@@ -431,7 +444,9 @@ def verify_export(
     row's hash recomputed from its content; links between consecutive rows; the order, filters,
     count and per-chain spans the manifest states; that each exported event is stored with the
     same hash (or was purged by retention since); that the manifest's chain heads and its
-    ``audit.exported`` event are in the chains.
+    ``audit.exported`` event are in the chains; with ``anchors`` (chain → seq →
+    :class:`audit.digests.Anchor`, from the digest files), that every exported event a digest
+    attests has the attested hash.
     """
     check = ExportCheck()
     try:
@@ -447,7 +462,7 @@ def verify_export(
         return check
     digest = hashlib.sha256()
     rows = _parse(_hashing(export, digest), fmt, check)
-    _check_rows(rows, manifest, check)
+    _check_rows(rows, manifest, check, anchors or {})
     if digest.hexdigest() != manifest.get("content_sha256"):
         check.problems.insert(
             0,
@@ -466,6 +481,18 @@ def _hashing(export: BinaryIO, digest: Any) -> Iterator[bytes]:
 
 def _parse(lines: Iterator[bytes], fmt: str, check: ExportCheck) -> Iterator[dict[str, Any]]:
     text = (line.decode("utf-8", "surrogatepass") for line in lines)
+    if fmt == "ocsf":
+        for number, line in enumerate(text, start=1):
+            try:
+                rendered = json.loads(line)
+                stored = rendered["unmapped"]["mcptasks_audit"]
+                if rendered != json.loads(json.dumps(ocsf.to_ocsf(stored))):
+                    _problem(check, f"row {number}: the OCSF fields do not render its event")
+            except (ValueError, KeyError, TypeError):
+                _problem(check, f"row {number}: not an OCSF event of this export")
+                continue
+            yield stored
+        return
     if fmt == "jsonl":
         for number, line in enumerate(text, start=1):
             try:
@@ -495,7 +522,10 @@ def _problem(check: ExportCheck, message: str) -> None:
 
 
 def _check_rows(
-    rows: Iterator[dict[str, Any]], manifest: dict[str, Any], check: ExportCheck
+    rows: Iterator[dict[str, Any]],
+    manifest: dict[str, Any],
+    check: ExportCheck,
+    anchors: dict[str, dict[int, Any]],
 ) -> None:
     filters = ExportFilters.from_dict(manifest.get("filters") or {})
     spans: dict[str, ChainSpan] = {}
@@ -513,6 +543,13 @@ def _check_rows(
             continue
         if computed != event["hash"]:
             _problem(check, f"{where}: content does not match its hash")
+        anchor = anchors.get(event["chain"], {}).get(event["seq"])
+        if anchor is not None and anchor.hash != event["hash"]:
+            _problem(
+                check,
+                f"{where}: the digest of {anchor.hour} ({anchor.name}) attests another hash: "
+                f"events after seq {anchor.previous_seq} were rewritten after {anchor.hour}",
+            )
         if previous is not None:
             if (previous["chain"], previous["seq"]) >= (event["chain"], event["seq"]):
                 _problem(check, f"{where}: rows are not in chain and sequence order")

@@ -111,3 +111,51 @@ class RetentionPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant} keeps audit for {self.keep_days} days"
+
+
+class AuditDigest(models.Model):
+    """The index of a signed digest file (:mod:`audit.digests`); the *file* is the anchor.
+
+    Fields: ``chain``; ``number`` (1-based position in the chain's sequence of digests, unique
+    per chain so two writers cannot fork it); ``name`` (the file's name in the digest storage);
+    ``sha256`` (of the file's bytes, which the next digest repeats); ``head_seq`` /
+    ``head_hash`` (the chain head the digest attests); ``created_at``. Verification reads the
+    files and uses these rows only to notice a file that went missing.
+    """
+
+    chain = models.CharField(max_length=80)
+    number = models.PositiveIntegerField()
+    name = models.CharField(max_length=255)
+    sha256 = models.CharField(max_length=64)
+    head_seq = models.BigIntegerField()
+    head_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["chain", "number"], name="audit_digest_chain_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chain} digest #{self.number} at seq {self.head_seq}"
+
+
+class LegalHold(models.Model):
+    """A legal hold (:mod:`audit.holds`): while active (``released_at`` null) it stops audit
+    retention and TTL deletion of what it covers — a whole tenant (``task_id`` empty) or one
+    task of it. Placing and releasing are audited (``legal_hold.placed`` / ``.released``) with
+    who and why; rows are kept after release.
+    """
+
+    tenant = models.ForeignKey("mcptasks.Tenant", on_delete=models.PROTECT, related_name="+")
+    task_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    reason = models.TextField()
+    placed_by = models.CharField(max_length=200)
+    placed_at = models.DateTimeField(default=timezone.now)
+    released_at = models.DateTimeField(null=True, blank=True)
+    released_by = models.CharField(max_length=200, blank=True, default="")
+    release_reason = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        scope = f"task {self.task_id}" if self.task_id else "the whole tenant"
+        return f"legal hold #{self.pk} on {scope} of {self.tenant}"

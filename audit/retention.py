@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
+from audit import holds
 from audit.chain import PURGED_ACTION, chain_for_tenant, latest_checkpoint, verify_chain
 from audit.models import AuditEvent, RetentionCheckpoint, RetentionPolicy
 from audit.record import Actor, record
@@ -31,6 +32,10 @@ class RetentionRefused(Exception):
     """The purge was refused (a broken chain, an unknown tenant, a bad age); nothing changed."""
 
 
+class RetentionHeld(RetentionRefused):
+    """The tenant is under a legal hold (:mod:`audit.holds`); nothing changed."""
+
+
 @dataclass(frozen=True)
 class PurgeResult:
     """``purged`` events of ``chain`` deleted; the chain now starts after ``checkpoint_seq``."""
@@ -40,6 +45,7 @@ class PurgeResult:
     checkpoint_seq: int
     checkpoint_hash: str
     event_seq: int | None  # the audit.purged event, None when nothing was old enough
+    held_by: int | None = None  # a task hold that stopped the purge before its task's events
 
 
 def purge_tenant(
@@ -47,7 +53,9 @@ def purge_tenant(
 ) -> PurgeResult:
     """Purge a tenant's audit events older than ``older_than_days`` (≥ 1) days.
 
-    Raises :class:`RetentionRefused` for an unknown tenant, a bad age, or a broken chain.
+    Raises :class:`RetentionRefused` for an unknown tenant, a bad age, or a broken chain, and
+    :class:`RetentionHeld` while a legal hold covers the tenant. A hold on a task stops the
+    purge before that task's first event.
     """
     from mcptasks.models import Tenant
 
@@ -56,6 +64,12 @@ def purge_tenant(
     tenant = Tenant.objects.filter(slug=tenant_slug).first()
     if tenant is None:
         raise RetentionRefused(f"no tenant {tenant_slug!r}")
+    hold = holds.tenant_hold(tenant.pk)
+    if hold is not None:
+        raise RetentionHeld(
+            f"tenant {tenant.slug!r} is under legal hold #{hold.pk} (placed by "
+            f"{hold.placed_by} on {hold.placed_at:%Y-%m-%d}: {hold.reason}); nothing purged"
+        )
     cutoff = (now or timezone.now()) - timedelta(days=older_than_days)
     return _purge_chain(
         chain=chain_for_tenant(tenant.slug),
@@ -81,6 +95,8 @@ def purge_due(*, actor: Actor | None = None, now: datetime | None = None) -> lis
             results.append(
                 purge_tenant(tenant_slug=slug, older_than_days=days, actor=actor, now=now)
             )
+        except RetentionHeld as exc:
+            log.info("audit retention skipped for tenant %s: %s", slug, exc)
         except RetentionRefused as exc:
             log.error("audit retention refused for tenant %s: %s", slug, exc)
     return results
@@ -112,6 +128,10 @@ def _purge_chain(
     with transaction.atomic():
         start_seq, start_hash = latest_checkpoint(chain)
         last_seq = _last_purgeable_seq(chain, cutoff)
+        held = holds.first_held_seq(chain, tenant_id) if tenant_id is not None else None
+        held_by = None
+        if held is not None and held[0] <= last_seq:
+            last_seq, held_by = held[0] - 1, held[1]
         if last_seq <= start_seq:
             return PurgeResult(
                 chain=chain,
@@ -119,6 +139,7 @@ def _purge_chain(
                 checkpoint_seq=start_seq,
                 checkpoint_hash=start_hash,
                 event_seq=None,
+                held_by=held_by,
             )
         last_hash = AuditEvent.objects.values_list("hash", flat=True).get(chain=chain, seq=last_seq)
         purged = _delete_prefix(chain, last_seq, cutoff)
@@ -135,6 +156,7 @@ def _purge_chain(
                 "purged": purged,
                 "older_than_days": older_than_days,
                 "cutoff": cutoff.isoformat(),
+                **({"stopped_by_hold": held_by} if held_by is not None else {}),
             },
         )
     return PurgeResult(
@@ -143,6 +165,7 @@ def _purge_chain(
         checkpoint_seq=last_seq,
         checkpoint_hash=last_hash,
         event_seq=event.seq,
+        held_by=held_by,
     )
 
 

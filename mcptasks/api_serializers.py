@@ -303,7 +303,11 @@ class DelegationInputSerializer(serializers.Serializer):
 class ExportInputSerializer(serializers.Serializer):
     """What to export. The chain defaults to the caller's tenant."""
 
-    format = serializers.ChoiceField(choices=("jsonl", "csv"), default="jsonl")
+    format = serializers.ChoiceField(
+        choices=("jsonl", "csv", "ocsf"),
+        default="jsonl",
+        help_text="jsonl: stored events; csv; ocsf: JSON Lines of OCSF 1.3 events (docs/audit.md)",
+    )
     tenant = serializers.SlugField(
         required=False, max_length=64, help_text="Export this tenant's chain."
     )

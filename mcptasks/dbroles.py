@@ -25,9 +25,13 @@ PURGE_FUNCTION = "audit_purge_prefix(varchar, bigint, timestamptz)"
 
 
 def _append_only_tables() -> list[str]:
-    from audit.models import AuditEvent, RetentionCheckpoint
+    from audit.models import AuditDigest, AuditEvent, RetentionCheckpoint
 
-    return [AuditEvent._meta.db_table, RetentionCheckpoint._meta.db_table]
+    return [
+        AuditEvent._meta.db_table,
+        RetentionCheckpoint._meta.db_table,
+        AuditDigest._meta.db_table,
+    ]
 
 
 def grant_app_role(connection: Any, role: str) -> None:

@@ -88,12 +88,17 @@ RETENTION_INTERVAL_S = 86_400.0
 
 
 def _beat_loop(interval: float) -> None:
-    last_retention = time.monotonic()
+    from django.conf import settings
+
+    last_retention = last_digest = time.monotonic()
     while not _stop.wait(interval):
         submit("sweep", {})
         if time.monotonic() - last_retention >= RETENTION_INTERVAL_S:
             last_retention = time.monotonic()
             submit("purge_audit_due", {})
+        if time.monotonic() - last_digest >= settings.MCPTASKS_AUDIT_DIGEST_INTERVAL_S:
+            last_digest = time.monotonic()
+            submit("write_audit_digests", {})
 
 
 def decline() -> None:

@@ -77,3 +77,11 @@ def purge_audit_due() -> int:
     from audit.retention import purge_due
 
     return len(purge_due())
+
+
+@shared_task(name="mcptasks.write_audit_digests")
+def write_audit_digests() -> int:
+    """Write the signed digest of every chain whose head moved (hourly; audit/digests.py)."""
+    from audit.digests import write_digests
+
+    return len(write_digests())

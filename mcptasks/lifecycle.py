@@ -31,6 +31,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Now
 from django.utils import timezone
 
+from audit import holds
 from audit.record import Actor, record
 from mcptasks import events, failures, fairshare, metrics, search
 from mcptasks.canonical import digest
@@ -1237,7 +1238,8 @@ UNDECIDED_EFFECTS = (EffectState.INTENDED, EffectState.UNKNOWN)
 
 
 def task_purge(*, task_id: str) -> bool:
-    """Delete a terminal task past its TTL plus the grace period. Audit rows stay.
+    """Delete a terminal task past its TTL plus the grace period, unless a legal hold covers
+    it (:func:`audit.holds.task_is_held`). Audit rows stay.
 
     A task with an effect whose outcome is not known yet is kept (an effect left ``intended``
     first becomes ``unknown``): deleting it would drop the effect from the operator's queue.
@@ -1249,7 +1251,7 @@ def task_purge(*, task_id: str) -> bool:
             .filter(pk=task_id, state__in=TERMINAL_STATES, expires_at__lte=timezone.now() - grace)
             .first()
         )
-        if task is None:
+        if task is None or holds.task_is_held(task.tenant_id, task.pk):
             return False
         _leave_open_effects(task, actor=Actor.system("sweeper"), cause="purge")
         deleted, _ = (

@@ -6,6 +6,7 @@ layer, in-process worker). ``DATABASE_URL`` and ``REDIS_URL`` switch to PostgreS
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from datetime import timedelta
@@ -268,6 +269,12 @@ CELERY_BEAT_SCHEDULE = {
     },
     "audit-retention": {"task": "mcptasks.purge_audit_due", "schedule": 86_400.0},
 }
+# Signed audit digests (docs/audit.md, "Digests"): how often each chain's head is anchored.
+MCPTASKS_AUDIT_DIGEST_INTERVAL_S = float(env_str("MCPTASKS_AUDIT_DIGEST_INTERVAL_S", "3600"))
+CELERY_BEAT_SCHEDULE["audit-digests"] = {
+    "task": "mcptasks.write_audit_digests",
+    "schedule": MCPTASKS_AUDIT_DIGEST_INTERVAL_S,
+}
 # `celery -A mcptasks beat` keeps its schedule state here, never in the working directory.
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
@@ -458,6 +465,34 @@ PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR")
 # Public keys (besides this server's own) whose signed export manifests verify_export trusts:
 # the keys of rotated-out signing keys (docs/audit.md).
 MCPTASKS_AUDIT_TRUSTED_PUBLIC_KEYS = env_list("MCPTASKS_AUDIT_TRUSTED_PUBLIC_KEYS", [])
+# The key digests are signed with (Ed25519 derived like the export key); default: the audit
+# signing key. Where digest files go: a Django storage class and its options (JSON); default a
+# directory under the var dir. Production: any storage, e.g. django-storages' S3 with object lock.
+MCPTASKS_AUDIT_DIGEST_SIGNING_KEY = (
+    env_str("MCPTASKS_AUDIT_DIGEST_SIGNING_KEY") or AUDIT_SIGNING_KEY
+)
+MCPTASKS_AUDIT_DIGEST_STORAGE = env_str(
+    "MCPTASKS_AUDIT_DIGEST_STORAGE", "django.core.files.storage.FileSystemStorage"
+)
+try:
+    MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS = json.loads(
+        env_str("MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS")
+        or json.dumps({"location": str(VAR_DIR / "audit-digests")})
+    )
+except ValueError:
+    raise ImproperlyConfigured(
+        "MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS must be a JSON object"
+    ) from None
+if not isinstance(MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS, dict):
+    raise ImproperlyConfigured("MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS must be a JSON object")
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    "audit_digests": {
+        "BACKEND": MCPTASKS_AUDIT_DIGEST_STORAGE,
+        "OPTIONS": MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS,
+    },
+}
 # The dashboard's "verify an export" upload: its size, and what its zip may unpack to.
 MCPTASKS_AUDIT_VERIFY_MAX_UPLOAD_BYTES = env_int(
     "MCPTASKS_AUDIT_VERIFY_MAX_UPLOAD_BYTES", 33_554_432

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from audit import holds
 from mcptasks import events, fairshare, lifecycle
 from mcptasks.models import (
     TERMINAL_STATES,
@@ -71,6 +72,7 @@ def purge_tasks() -> int:
     ids = list(
         Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
         .exclude(effects__state=EffectState.UNKNOWN)
+        .exclude(holds.held_tasks_q())  # held tasks must not fill every batch
         .values_list("pk", flat=True)[:BATCH]
     )
     return sum(1 for task_id in ids if lifecycle.task_purge(task_id=task_id))

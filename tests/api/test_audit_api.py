@@ -100,7 +100,7 @@ def download(client: Any, url: str) -> bytes:
     return b"".join(response.streaming_content)
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "csv"])
+@pytest.mark.parametrize("fmt", ["jsonl", "csv", "ocsf"])
 def test_auditor_exports_a_tenant_and_the_file_verifies_against_its_manifest(
     api: Any, history: Any, fmt: str
 ) -> None:

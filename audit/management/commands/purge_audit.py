@@ -56,10 +56,15 @@ class Command(BaseCommand):
 
     @staticmethod
     def _describe(result: PurgeResult) -> str:
+        held = (
+            f" (stopped before the events of a task under legal hold #{result.held_by})"
+            if result.held_by is not None
+            else ""
+        )
         if not result.purged:
-            return f"{result.chain}: nothing older to purge"
+            return f"{result.chain}: nothing older to purge{held}"
         return (
             f"{result.chain}: purged {result.purged} events; checkpoint seq "
             f"{result.checkpoint_seq} {result.checkpoint_hash[:16]}…, audit.purged seq "
-            f"{result.event_seq}"
+            f"{result.event_seq}{held}"
         )

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from audit import signing
+from audit.digests import anchors_by_chain
 from audit.export import verify_export
 
 
@@ -29,6 +30,11 @@ class Command(BaseCommand):
             default=[],
             help="also trust this base64 Ed25519 public key (a retired key); repeatable",
         )
+        parser.add_argument(
+            "--digests",
+            action="store_true",
+            help="also check the exported events against the signed digest files",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         trusted = signing.trusted_public_keys()
@@ -43,9 +49,15 @@ class Command(BaseCommand):
             raise CommandError(f"cannot read the manifest: {exc}") from None
         if not isinstance(manifest, dict):
             raise CommandError("the manifest is not a JSON object")
+        anchors = None
+        digest_problems: list[str] = []
+        if options["digests"]:
+            chains = sorted({*(manifest.get("chain_heads") or {}), *(manifest.get("chains") or {})})
+            anchors, digest_problems = anchors_by_chain(chains)
         try:
             with Path(options["file"]).open("rb") as export:
-                check = verify_export(export, manifest, trusted_keys=trusted)
+                check = verify_export(export, manifest, trusted_keys=trusted, anchors=anchors)
+            check.problems.extend(digest_problems)
         except OSError as exc:
             raise CommandError(f"cannot read the export: {exc}") from None
         for note in check.notes:
