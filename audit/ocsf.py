@@ -87,6 +87,13 @@ MAPPING: dict[str, Mapping] = {
     "audit.purged": DELETE,
     "legal_hold.placed": CREATE,
     "legal_hold.released": UPDATE,
+    "approval.approved": UPDATE,
+    "approval.rejected": UPDATE,
+    "approval.gate_opened": UPDATE,
+    "approval.policy_changed": Mapping(ACCOUNT_CHANGE, 7, "Attach Policy"),
+    "approval.group_changed": Mapping(ACCOUNT_CHANGE, OTHER, "Reviewer Group Changed"),
+    "task.retried": UPDATE,
+    "task.retry_of": CREATE,
 }
 DEFAULT = _api(OTHER)
 
