@@ -62,9 +62,9 @@ class WriteWatch:
 
 def may_write(sql: str) -> bool:
     """Could this statement change a row? (A ``WITH`` holding a data-modifying word counts.)"""
-    head = " ".join(sql.lower().split())
+    head = " ".join(sql[:24].lower().split())  # the verb is all a plain statement needs
     if head.startswith("with "):
-        return _MODIFYING.search(head) is not None
+        return _MODIFYING.search(sql.lower()) is not None
     return not head.startswith(READ_ONLY_PREFIXES)
 
 
