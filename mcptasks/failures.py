@@ -69,7 +69,8 @@ def retry_refusal(task: Task) -> str | None:
 
 
 def copy_progress(source: Task, target: Task) -> None:
-    """Give ``target`` the recorded steps, step log and applied effects of ``source``."""
+    """Give ``target`` the recorded steps and applied effects of ``source`` (its task row, the
+    step log and ``retry_of``, is written by lifecycle.task_retry)."""
     TaskStep.objects.bulk_create(
         [
             TaskStep(task_id=target.pk, key=step.key, kind=step.kind, value=step.value)
@@ -92,4 +93,3 @@ def copy_progress(source: Task, target: Task) -> None:
             for effect in Effect.objects.filter(task_id=source.pk, state__in=APPLIED)
         ]
     )
-    Task.objects.filter(pk=target.pk).update(step_log=source.step_log, retry_of=source.pk)

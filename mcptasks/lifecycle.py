@@ -1344,6 +1344,7 @@ def task_retry(*, task_id: str, actor: Actor, reason: str = "") -> Task:
             actor=actor,
         )
         failures.copy_progress(failed, task)
+        Task.objects.filter(pk=task.pk).update(step_log=failed.step_log, retry_of=failed.pk)
         step = (failed.failure or {}).get("step", "")
         _audit(failed, "task.retried", actor, {"retry_task_id": task.pk, "reason": reason})
         _audit(
