@@ -39,7 +39,7 @@ from mcptasks.tools.registry import registry
 PAGE_SIZE = 50
 MERGE_TENANTS_MAX = 20
 # A cancel requested this long ago on a task that still runs lands in the operator's inbox.
-STUCK_CANCEL_S = int(getattr(settings, "MCPTASKS_STUCK_CANCEL_S", 60))
+STUCK_CANCEL_S = settings.MCPTASKS_STUCK_CANCEL_S
 TIMELINE_LIMIT = 500
 # Heavy columns a list row never shows.
 LIST_DEFERRED = (

@@ -105,6 +105,8 @@ REQUEST_STATE_KEY = secret("MCPTASKS_REQUEST_STATE_KEY", "request_state_key")
 AUDIT_SIGNING_KEY = secret("MCPTASKS_AUDIT_SIGNING_KEY", "audit_signing_key")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "::1"])
+# Browser origins accepted on /mcp besides loopback ones (PROTOCOL T2).
+MCPTASKS_ALLOWED_ORIGINS = env_list("MCPTASKS_ALLOWED_ORIGINS", [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # ---------------------------------------------------------------- apps
@@ -247,6 +249,8 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # Jobs run on the worker thread that `manage.py serve` starts (mcptasks.embedded).
     MCPTASKS_EMBEDDED_WORKER = True
+    # Rate limits and quotas count in process memory (mcptasks.limits).
+    MCPTASKS_LIMITS_REDIS_URL = ""
 
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -348,6 +352,8 @@ MCPTASKS_DEFAULT_TTL_MS = env_int("MCPTASKS_DEFAULT_TTL_MS", 3_600_000)
 MCPTASKS_DEFAULT_POLL_INTERVAL_MS = env_int("MCPTASKS_DEFAULT_POLL_INTERVAL_MS", 1000)
 MCPTASKS_TERMINAL_GRACE_S = env_int("MCPTASKS_TERMINAL_GRACE_S", 3600)
 MCPTASKS_LEASE_S = env_int("MCPTASKS_LEASE_S", 30)
+# A requested cancel not taken effect after this long is listed as stuck for operators.
+MCPTASKS_STUCK_CANCEL_S = env_int("MCPTASKS_STUCK_CANCEL_S", 60)
 MCPTASKS_MAX_ATTEMPTS = env_int("MCPTASKS_MAX_ATTEMPTS", 5)
 # How long a task tool that asks before its task exists may run in the web request.
 MCPTASKS_PRE_TASK_LIMIT_S = float(env_str("MCPTASKS_PRE_TASK_LIMIT_S", "2"))
