@@ -121,7 +121,7 @@ def cef_header(value: object) -> str:
 def cef_value(value: object) -> str:
     """A CEF extension value: backslash, equals sign and line breaks escaped."""
     escaped = str(value).replace("\\", "\\\\").replace("=", "\\=")
-    return escaped.replace("\r\n", "\\n").replace("\n", "\\n").replace("\r", "\\r")
+    return escaped.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _ip(value: Any) -> str | None:
@@ -296,6 +296,38 @@ def default_hostname() -> str:
     return _field(socket.getfqdn() or socket.gethostname(), 255)
 
 
+# How long a sent batch waits for the collector to close its end (it has then read everything).
+DRAIN_S = 2.0
+
+
+def _close_tls(tls: ssl.SSLSocket, timeout: float) -> socket.socket:
+    """Send TLS close_notify; the plain socket underneath (the collector may not answer it)."""
+    tls.settimeout(min(timeout, DRAIN_S))
+    try:
+        return tls.unwrap()
+    except (ssl.SSLError, TimeoutError, OSError):
+        return tls
+
+
+def _drain(connection: socket.socket, timeout: float) -> None:
+    """Half-close and wait until the collector closes too: it has then consumed the batch, so
+    the next batch (a new connection) cannot overtake this one. A collector that keeps the
+    connection open past DRAIN_S is taken to have it (syslog has no acknowledgement); one that
+    resets it may have lost part of it, which is a retryable failure."""
+    try:
+        connection.shutdown(socket.SHUT_WR)
+    except OSError:
+        return  # already closed by the peer; a reset shows below or never
+    connection.settimeout(min(timeout, DRAIN_S))
+    try:
+        while connection.recv(4096):
+            pass
+    except TimeoutError:
+        return
+    except ssl.SSLError:
+        return
+
+
 class SyslogSink(Sink):
     kind = "syslog"
     label = "Syslog over TCP/TLS (RFC 5424, CEF or JSON)"
@@ -364,8 +396,11 @@ class SyslogSink(Sink):
                     context = ssl.create_default_context(cafile=config.get("ca_bundle"))
                     with context.wrap_socket(raw, server_hostname=config["host"]) as tls:
                         tls.sendall(payload)
+                        closing: socket.socket = _close_tls(tls, timeout)
+                        _drain(closing, timeout)
                 else:
                     raw.sendall(payload)
+                    _drain(raw, timeout)
         except ssl.SSLCertVerificationError as error:
             raise DeliveryError(
                 f"{where}: certificate refused: {short(error.verify_message or str(error))}",
