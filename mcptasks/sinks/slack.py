@@ -59,7 +59,7 @@ def payload(config: Mapping[str, Any], message: Message) -> dict[str, Any]:
             {
                 "type": "section",
                 "fields": [
-                    {"type": "mrkdwn", "text": short(f"*{mrkdwn(label)}*\n{mrkdwn(value)}", 2000)}
+                    {"type": "mrkdwn", "text": f"*{mrkdwn(label)}*\n{mrkdwn(value)}"[:2000]}
                     for label, value in item.fields[:MAX_SECTION_FIELDS]
                 ],
             }

@@ -165,7 +165,7 @@ class HttpReceiver:
 
 def start_http(receiver: HttpReceiver, tls: Certificate | None = None) -> HttpReceiver:
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             request = Request(self.path, dict(self.headers.items()), self.rfile.read(length))
             receiver.requests.append(request)

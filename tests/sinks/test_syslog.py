@@ -170,7 +170,10 @@ def test_cef_of_an_audit_event_carries_header_and_chain_fields() -> None:
     assert extension["requestClientApplication"] == "curl/8.1"
     assert extension["outcome"] == "failure"
     assert extension["dvchost"] == "mcp-1.example.com"
-    labels = {extension[f"{key}Label"]: extension[key] for key in ("cs1", "cs2", "cs3", "cs4", "cs5", "cs6", "cn1")}
+    labels = {
+        extension[f"{key}Label"]: extension[key]
+        for key in ("cs1", "cs2", "cs3", "cs4", "cs5", "cs6", "cn1")
+    }
     assert labels == {
         "chain": "tenant:acme",
         "hash": "b" * 64,
