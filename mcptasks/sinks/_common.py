@@ -13,6 +13,7 @@ import re
 import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -183,6 +184,8 @@ def audit_row(message: Message) -> dict[str, Any] | None:
         "hash": "",
     }
     row.update(data)
+    if isinstance(row["created_at"], datetime):
+        row["created_at"] = row["created_at"].isoformat()
     return row
 
 

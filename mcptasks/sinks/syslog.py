@@ -16,6 +16,7 @@ import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -292,6 +293,7 @@ def _ca_bundle(config: Mapping[str, Any], tls: bool) -> str | None:
     return path
 
 
+@cache  # getfqdn may ask DNS: once per process, not per batch
 def default_hostname() -> str:
     return _field(socket.getfqdn() or socket.gethostname(), 255)
 

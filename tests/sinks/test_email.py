@@ -135,3 +135,12 @@ def test_each_bad_field_is_named(config: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as caught:
         SINK.clean_config(config)
     assert caught.value.field == field
+
+
+def test_the_console_backend_prints_the_mail(settings: Any, capsys: Any) -> None:
+    settings.EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+    SINK.send(SINK.clean_config({"to_reviewers": True}), None, [approval_message()], timeout=5)
+    printed = capsys.readouterr().out
+    assert "Subject: [mcptasks] Approval requested: deploy (t-9)" in printed
+    assert "To: olga@example.com, amy@example.com" in printed
+    assert mail.outbox == []
