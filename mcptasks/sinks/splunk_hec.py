@@ -35,6 +35,7 @@ from mcptasks.sinks._common import (
 )
 
 ENDPOINT = "/services/collector/event"
+MAX_BODY_BYTES = 512 * 1024
 FIELDS = ("url", "index", "source", "sourcetype", "host", "format", "verify_tls", "ca_bundle")
 NAME = r"[A-Za-z0-9_][A-Za-z0-9_.:/-]*"
 # HEC index names: lower case letters, digits, underscores and hyphens, not starting with _ or -.
@@ -111,9 +112,12 @@ class SplunkHecSink(Sink):
             cleaned["ca_bundle"] = bundle
         return cleaned
 
-    def render(self, config: Mapping[str, Any], messages: Sequence[Message]) -> bytes:
-        """The batch body: one HEC event object per message, newline separated."""
-        events = []
+    def render(self, config: Mapping[str, Any], messages: Sequence[Message]) -> list[bytes]:
+        """The batch as request bodies of HEC event objects, newline separated, each body at
+        most :data:`MAX_BODY_BYTES` (HEC's ``max_content_length`` was 1 MB before Splunk 8)."""
+        bodies: list[bytes] = []
+        current: list[bytes] = []
+        size = 0
         for message in messages:
             event: dict[str, Any] = {
                 "time": round(message.timestamp.timestamp(), 3),
@@ -125,8 +129,15 @@ class SplunkHecSink(Sink):
                 event["host"] = config["host"]
             if config.get("index"):
                 event["index"] = config["index"]
-            events.append(dumps(event))
-        return "\n".join(events).encode()
+            line = dumps(event).encode()
+            if current and size + len(line) + 1 > MAX_BODY_BYTES:
+                bodies.append(b"\n".join(current))
+                current, size = [], 0
+            current.append(line)
+            size += len(line) + 1
+        if current:
+            bodies.append(b"\n".join(current))
+        return bodies
 
     def send(
         self,
@@ -145,22 +156,25 @@ class SplunkHecSink(Sink):
         verify: bool | ssl.SSLContext = config["verify_tls"]
         if config.get("ca_bundle"):
             verify = ssl.create_default_context(cafile=config["ca_bundle"])
-        response = post(
-            config["url"],
-            content=self.render(config, messages),
-            headers={"Authorization": f"Splunk {token}", "Content-Type": "application/json"},
-            timeout=timeout,
-            verify=verify,
-            what="Splunk HEC",
-            secrets=[token],
-        )
-        if response.status_code == 200:
-            return
-        reason = scrub(_hec_text(response.content), [token])
-        raise DeliveryError(
-            f"Splunk HEC answered {response.status_code}: {reason}",
-            retryable=status_retryable(response.status_code),
-        )
+        # In order; when a later body fails the batch is retried whole (receivers de-duplicate
+        # on the event id).
+        for body in self.render(config, messages):
+            response = post(
+                config["url"],
+                content=body,
+                headers={"Authorization": f"Splunk {token}", "Content-Type": "application/json"},
+                timeout=timeout,
+                verify=verify,
+                what="Splunk HEC",
+                secrets=[token],
+            )
+            if response.status_code == 200:
+                continue
+            reason = scrub(_hec_text(response.content), [token])
+            raise DeliveryError(
+                f"Splunk HEC answered {response.status_code}: {reason}",
+                retryable=status_retryable(response.status_code),
+            )
 
 
 SINK = SplunkHecSink()

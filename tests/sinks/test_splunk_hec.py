@@ -231,3 +231,16 @@ def test_the_sink_declares_its_secret() -> None:
     assert SINK.secret_required is True
     assert SINK.secret_label == "HEC token"
     assert SINK.max_batch > 1
+
+
+def test_a_large_batch_is_split_into_bodies_hec_accepts_in_order(hec: HttpReceiver) -> None:
+    from mcptasks.sinks import splunk_hec
+
+    messages = [audit_message(seq=seq, blob="x" * 15_000) for seq in range(1, 101)]
+    SINK.send(config_for(hec), TOKEN, messages, timeout=10)
+    assert len(hec.requests) > 1
+    assert all(len(request.body) <= splunk_hec.MAX_BODY_BYTES for request in hec.requests)
+    sequences = [
+        event["event"]["data"]["seq"] for request in hec.requests for event in batch_of(request)
+    ]
+    assert sequences == list(range(1, 101))
