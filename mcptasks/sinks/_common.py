@@ -164,14 +164,26 @@ AUDIT_TYPE = "audit.event"
 
 
 def audit_row(message: Message) -> dict[str, Any] | None:
-    """The stored audit event an ``audit.event`` message carries (the fields of
-    :data:`audit.chain.ROW_FIELDS`), or None for any other message."""
+    """The stored audit event an ``audit.event`` message carries, as a dict of the fields of
+    :data:`audit.chain.ROW_FIELDS`, or None for any other message. The outbox sends
+    ``{"chain", "sequence", "prev_hash", "hash", "event": <the hashed body>}``; a flat row (an
+    export's line) is read as well."""
     data = message.data
-    if message.type != AUDIT_TYPE or not isinstance(data, Mapping) or "action" not in data:
+    if message.type != AUDIT_TYPE or not isinstance(data, Mapping):
+        return None
+    if isinstance(data.get("event"), Mapping) and "action" in data["event"]:
+        found = {
+            **data["event"],
+            "prev_hash": data.get("prev_hash", ""),
+            "hash": data.get("hash", ""),
+        }
+    elif "action" in data:
+        found = dict(data)
+    else:
         return None
     row: dict[str, Any] = {
         "chain": f"tenant:{message.tenant}" if message.tenant else "system",
-        "seq": None,
+        "seq": data.get("sequence"),
         "created_at": message.timestamp.isoformat(),
         "tenant_id": None,
         "actor_kind": "",
@@ -183,7 +195,7 @@ def audit_row(message: Message) -> dict[str, Any] | None:
         "prev_hash": "",
         "hash": "",
     }
-    row.update(data)
+    row.update(found)
     if isinstance(row["created_at"], datetime):
         row["created_at"] = row["created_at"].isoformat()
     return row
@@ -305,57 +317,81 @@ def _plain(value: Any) -> str:
     return short(dumps(value), MAX_VALUE)
 
 
-def _first(sources: Sequence[Mapping[str, Any]], *names: str) -> str:
+TASK_FIELDS = (
+    ("status", "Status"),
+    ("outcome", "Outcome"),
+    ("message", "Request"),
+    ("decision", "Decision"),
+    ("reviewer", "Reviewer"),
+    ("comment", "Comment"),
+    ("required", "Approvals required"),
+    ("approvals", "Approvals so far"),
+    ("reviewers", "May decide"),
+    ("deadline_at", "Decide by"),
+)
+AUDIT_FIELDS = (
+    ("action", "Action"),
+    ("actor_display", "By"),
+    ("chain", "Chain"),
+    ("seq", "Sequence"),
+)
+
+
+def _value(sources: Sequence[Mapping[str, Any]], name: str) -> str:
+    """The first non-empty ``name`` of ``sources`` as short text; a list of names joined."""
     for source in sources:
-        for name in names:
-            value = source.get(name)
-            if value not in (None, "") and not isinstance(value, Mapping | list):
-                return str(value)
+        value = source.get(name)
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return short(", ".join(value), MAX_VALUE)
+        if value not in (None, "") and not isinstance(value, Mapping | list):
+            return short(str(value), MAX_VALUE)
     return ""
 
 
+def _mapping(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    value = data.get(name)
+    return value if isinstance(value, Mapping) else {}
+
+
 def notice(message: Message) -> Notice:
-    """The title, task, tool and summary fields of ``message``, read from its (redacted) data:
-    the task's ``id``/``taskId``, ``tool``, ``status`` at the top or under ``task``; the gate's
-    ``summary`` at the top or under ``gate``; a decision's ``decision``, ``reviewer``,
-    ``comment``. Nothing else of the data (no raw arguments) is shown."""
-    data = message.data if isinstance(message.data, Mapping) else {}
-    task: Mapping[str, Any] = data["task"] if isinstance(data.get("task"), Mapping) else {}
-    gate: Mapping[str, Any] = data["gate"] if isinstance(data.get("gate"), Mapping) else {}
-    sources: list[Mapping[str, Any]] = [data, task, gate]
-    task_id = _first(sources, "task_id", "taskId", "id") if message.type != AUDIT_TYPE else ""
-    if message.type == AUDIT_TYPE:
-        task_id = _first([data], "task_id")
-    tool = _first(sources, "tool", "tool_name", "toolName")
+    """The title, task, tool and named fields of ``message``, read from its (redacted) data.
+
+    A task event: the task's ``taskId`` (or ``id``) and ``status`` under ``task`` or at the top,
+    ``tool`` and ``outcome`` at the top, and from ``approval`` (or ``gate``): the request
+    ``message``, ``summary`` fields, ``required``, ``approvals``, ``reviewers``, ``comment``,
+    ``decision``, ``reviewer``, ``deadline_at``. An audit event: its action, actor, chain and
+    sequence. Nothing else of the data (no arguments) is shown. The link is ``Message.url``,
+    else the task's ``dashboard_url``."""
+    data: Mapping[str, Any] = message.data if isinstance(message.data, Mapping) else {}
+    row = audit_row(message)
+    names: Sequence[tuple[str, str]]
+    if row is not None:
+        sources: list[Mapping[str, Any]] = [row]
+        names = AUDIT_FIELDS
+        task_id, tool = _value(sources, "task_id"), ""
+    else:
+        gate = _mapping(data, "approval") or _mapping(data, "gate")
+        sources = [_mapping(data, "task"), data, gate]
+        names = TASK_FIELDS
+        task_id = _value(sources, "taskId") or _value(sources, "task_id") or _value(sources, "id")
+        tool = _value(sources, "tool") or _value(sources, "tool_name")
     fields: list[tuple[str, str]] = []
-    for name, label in (
-        ("status", "Status"),
-        ("state", "State"),
-        ("action", "Action"),
-        ("actor_display", "By"),
-        ("principal", "Requested by"),
-        ("requester", "Requested by"),
-        ("decision", "Decision"),
-        ("reviewer", "Reviewer"),
-        ("comment", "Comment"),
-        ("required", "Approvals required"),
-        ("approvals", "Approvals so far"),
-    ):
-        value = _first(sources, name)
-        if value and label not in (existing for existing, _ in fields):
-            fields.append((label, short(value, MAX_VALUE)))
+    for name, label in names:
+        value = _value(sources, name)
+        if value:
+            fields.append((label, value))
     summary: Mapping[str, Any] = next(
-        (source["summary"] for source in sources if isinstance(source.get("summary"), Mapping)),
-        {},
+        (s["summary"] for s in sources if isinstance(s.get("summary"), Mapping)), {}
     )
     for name, value in list(summary.items())[: MAX_FIELDS - len(fields)]:
         fields.append((short(str(name), 50), _plain(value)))
+    link = message.url or data.get("dashboard_url")
     return Notice(
         title=TITLES.get(message.type, message.type),
         task_id=task_id,
         tool=tool,
         fields=tuple(fields),
-        url=message.url,
+        url=link if isinstance(link, str) and link.startswith(("https://", "http://")) else None,
     )
 
 

@@ -55,7 +55,7 @@ def _events(*rows: tuple[str, int, str, int]) -> dict[str, CefEvent]:
 
 # Audit actions (docs/audit.md, "Coverage") and the task event types a destination subscribes to,
 # where the two share a name they mean the same change. Numbers by area: 1xx tasks, 2xx effects,
-# 3xx approvals, 4xx identity and access, 5xx the audit trail itself. Severity: routine 1–3,
+# 3xx approvals, 4xx identity and access, 5xx the audit trail itself, 6xx where events go. Severity: routine 1–3,
 # worth a look 4–5, a change of who may do what or of an outcome nobody knows 6–7, weakening
 # the trail's protection 8.
 CEF_EVENTS: dict[str, CefEvent] = _events(
@@ -101,6 +101,10 @@ CEF_EVENTS: dict[str, CefEvent] = _events(
     ("audit.purged", 501, "Audit events purged", 7),
     ("legal_hold.placed", 510, "Legal hold placed", 6),
     ("legal_hold.released", 511, "Legal hold released", 8),
+    ("destination.created", 600, "Destination created", 6),
+    ("destination.changed", 601, "Destination changed", 6),
+    ("destination.deleted", 602, "Destination deleted", 7),
+    ("destination.redelivered", 603, "Delivery redelivered", 4),
 )
 # An action added after this table: still sent, under its own name, never dropped.
 CEF_OTHER = CefEvent("999", "Other event", 3)

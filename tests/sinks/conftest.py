@@ -32,11 +32,11 @@ WHEN = dt.datetime(2026, 12, 1, 10, 15, 30, 250000, tzinfo=dt.UTC)
 # ---------------------------------------------------------------- messages
 
 
-def audit_message(
+def audit_row(
     action: str = "task.created", seq: int = 7, actor: str = "amy", **data: Any
-) -> Message:
-    """An ``audit.event`` message carrying a stored event, as the outbox sends it."""
-    row = {
+) -> dict[str, Any]:
+    """A stored audit event (the fields of audit.chain.ROW_FIELDS)."""
+    return {
         "chain": "tenant:acme",
         "seq": seq,
         "created_at": WHEN.isoformat(),
@@ -51,27 +51,56 @@ def audit_message(
         "prev_hash": "a" * 64,
         "hash": "b" * 64,
     }
+
+
+def audit_message(
+    action: str = "task.created", seq: int = 7, actor: str = "amy", **data: Any
+) -> Message:
+    """An ``audit.event`` message as the outbox sends it: the chain position and links, and
+    the hashed body under ``event``."""
+    row = audit_row(action, seq, actor, **data)
+    body = {key: value for key, value in row.items() if key not in ("prev_hash", "hash")}
     return Message(
-        id=f"evt-acme-{seq}", type="audit.event", timestamp=WHEN, tenant="acme", data=row
+        id=f"audit:tenant:acme:{seq}",
+        type="audit.event",
+        timestamp=WHEN,
+        tenant="acme",
+        data={
+            "chain": row["chain"],
+            "sequence": seq,
+            "prev_hash": row["prev_hash"],
+            "hash": row["hash"],
+            "event": body,
+        },
     )
 
 
 def approval_message(**extra: Any) -> Message:
+    """An ``approval.requested`` message as the outbox sends it: the task as its destination's
+    owner may see it, and the gate."""
     return Message(
         id="evt-approval-1",
         type="approval.requested",
         timestamp=WHEN,
         tenant="acme",
         data={
-            "task": {"id": "t-9", "tool": "deploy", "status": "input_required"},
-            "gate": {
+            "task": {"taskId": "t-9", "status": "input_required", "ttlMs": 3600000},
+            "tool": "deploy",
+            "state": "input_required",
+            "outcome": "",
+            "version": 4,
+            "dashboard_url": "https://mcp.example.com/dashboard/tasks/t-9/",
+            "approval": {
                 "key": "approve",
+                "message": "Deploy api 1.4.2 to production?",
                 "summary": {"service": "api", "version": "1.4.2", "environment": "production"},
                 "required": 2,
+                "reviewers": ["amy", "olga"],
+                "deadline_at": None,
             },
             **extra,
         },
-        url="https://mcp.example.com/dashboard/approvals/t-9/approve",
+        url="https://mcp.example.com/dashboard/tasks/t-9/answer/approve/",
         recipients=("olga@example.com", "amy@example.com"),
     )
 

@@ -42,7 +42,9 @@ def test_an_approval_request_goes_to_the_reviewers_and_fixed_addresses() -> None
         "version: 1.4.2",
         "environment: production",
         "Approvals required: 2",
-        "Open: https://mcp.example.com/dashboard/approvals/t-9/approve",
+        "Request: Deploy api 1.4.2 to production?",
+        "May decide: amy, olga",
+        "Open: https://mcp.example.com/dashboard/tasks/t-9/answer/approve/",
     ):
         assert line in body, line
     assert sent.content_subtype == "plain"
@@ -71,7 +73,12 @@ def test_one_mail_per_message_of_a_batch() -> None:
         type="task.completed",
         timestamp=WHEN,
         tenant="acme",
-        data={"id": "t-9", "tool": "deploy", "status": "completed"},
+        data={
+            "task": {"taskId": "t-9", "status": "completed"},
+            "tool": "deploy",
+            "outcome": "rejected",
+            "dashboard_url": "https://mcp.example.com/dashboard/tasks/t-9/",
+        },
     )
     SINK.send(config, None, [approval_message(), done], timeout=5)
     assert [sent.subject for sent in mail.outbox] == [
@@ -79,6 +86,9 @@ def test_one_mail_per_message_of_a_batch() -> None:
         "[mcptasks] Task completed: deploy (t-9)",
     ]
     assert "Status: completed" in mail.outbox[1].body
+    assert "Outcome: rejected" in mail.outbox[1].body
+    # No url of its own: the task's page is the link.
+    assert "Open: https://mcp.example.com/dashboard/tasks/t-9/" in mail.outbox[1].body
 
 
 def test_a_mail_server_that_is_down_is_a_retryable_failure(settings: Any) -> None:

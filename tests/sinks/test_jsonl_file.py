@@ -31,14 +31,14 @@ def test_batches_append_one_json_line_per_message_in_order(sinks_dir: Path) -> N
     SINK.send(config, None, [audit_message(seq=3), approval_message()], timeout=5)
     written = lines(sinks_dir / "acme" / "audit.jsonl")
     assert [line["id"] for line in written] == [
-        "evt-acme-1",
-        "evt-acme-2",
-        "evt-acme-3",
+        "audit:tenant:acme:1",
+        "audit:tenant:acme:2",
+        "audit:tenant:acme:3",
         "evt-approval-1",
     ]
-    assert [line["data"].get("seq") for line in written[:3]] == [1, 2, 3]
+    assert [line["data"]["sequence"] for line in written[:3]] == [1, 2, 3]
     assert written[0]["data"]["hash"] == "b" * 64
-    assert written[3]["url"].endswith("/approve")
+    assert written[3]["url"].endswith("/answer/approve/")
     assert (sinks_dir / "acme" / "audit.jsonl").read_text().endswith("\n")
 
 

@@ -43,7 +43,7 @@ def test_an_approval_request_posts_text_and_blocks_with_a_button_to_the_page(
     assert "*environment*\nproduction" in fields
     (button,) = body["blocks"][3]["elements"]
     assert button["type"] == "button"
-    assert button["url"] == "https://mcp.example.com/dashboard/approvals/t-9/approve"
+    assert button["url"] == "https://mcp.example.com/dashboard/tasks/t-9/answer/approve/"
     assert button["text"]["text"] == "Open in mcptasks"
     assert button["style"] == "primary"
     assert "evt-approval-1" in body["blocks"][4]["elements"][0]["text"]

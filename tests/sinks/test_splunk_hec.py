@@ -80,10 +80,10 @@ def test_a_batch_arrives_as_hec_events_with_time_host_source_sourcetype_index(
         assert event["source"] == "mcptasks:acme"
         assert event["sourcetype"] == "mcptasks:audit"
         assert event["index"] == "security"
-    assert [event["event"]["data"].get("seq") for event in events[:3]] == [1, 2, 3]
-    assert events[0]["event"]["id"] == "evt-acme-1"
+    assert [event["event"]["data"]["sequence"] for event in events[:3]] == [1, 2, 3]
+    assert events[0]["event"]["id"] == "audit:tenant:acme:1"
     assert events[3]["event"]["type"] == "approval.requested"
-    assert events[3]["event"]["url"].endswith("/approve")
+    assert events[3]["event"]["url"].endswith("/answer/approve/")
 
 
 def test_defaults_leave_host_and_index_to_hec(hec: HttpReceiver) -> None:
@@ -241,6 +241,8 @@ def test_a_large_batch_is_split_into_bodies_hec_accepts_in_order(hec: HttpReceiv
     assert len(hec.requests) > 1
     assert all(len(request.body) <= splunk_hec.MAX_BODY_BYTES for request in hec.requests)
     sequences = [
-        event["event"]["data"]["seq"] for request in hec.requests for event in batch_of(request)
+        event["event"]["data"]["sequence"]
+        for request in hec.requests
+        for event in batch_of(request)
     ]
     assert sequences == list(range(1, 101))

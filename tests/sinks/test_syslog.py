@@ -24,6 +24,7 @@ from tests.sinks.conftest import (
     SyslogReceiver,
     approval_message,
     audit_message,
+    audit_row,
     free_port,
     make_certificate,
     wait_for,
@@ -195,19 +196,19 @@ def test_cef_of_a_task_event_names_its_type_task_and_link() -> None:
     assert header[4:7] == ["300", "Approval requested", "4"]
     assert extension["act"] == "approval.requested"
     assert extension["cs4"] == "t-9"
-    assert extension["request"] == "https://mcp.example.com/dashboard/approvals/t-9/approve"
+    assert extension["request"] == "https://mcp.example.com/dashboard/tasks/t-9/answer/approve/"
     assert "chain" not in extension.values()
 
 
 def test_cef_escapes_pipes_backslashes_equals_and_line_breaks_and_reads_back_the_same() -> None:
     tricky = "a|b\\c=d\ne\r\nf = g\\=h|"
-    message = audit_message("legal|hold\\odd", note=tricky)
+    message = audit_message("legal|hold\\odd", actor=tricky, note=tricky)
     message = Message(
         id="evt=1|x",
         type=message.type,
         timestamp=message.timestamp,
         tenant="ac=me|\\",
-        data={**message.data, "actor_display": tricky},
+        data=message.data,
     )
     line = syslog_sink.cef(message, host="h")
     header, extension = parse_cef(line)
@@ -216,6 +217,31 @@ def test_cef_escapes_pipes_backslashes_equals_and_line_breaks_and_reads_back_the
     assert extension["externalId"] == "evt=1|x"
     assert extension["cs5"] == "ac=me|\\"
     assert json.loads(extension["msg"]) == {"note": tricky}
+
+
+def test_a_flat_stored_row_is_read_as_well_as_the_outboxs_nested_event() -> None:
+    flat = Message(
+        id="x", type="audit.event", timestamp=WHEN, tenant="acme", data=audit_row("auth.logout", 9)
+    )
+    nested = audit_message("auth.logout", 9)
+    assert (
+        render(flat)[0]
+        == render(nested)[0]
+        == [
+            "CEF:0",
+            "mcptasks",
+            "mcptasks",
+            settings.MCPTASKS_VERSION,
+            "401",
+            "Logout",
+            "2",
+        ]
+    )
+    flat_extension, nested_extension = render(flat)[1], render(nested)[1]
+    assert flat_extension.pop("externalId") == "x"
+    nested_extension.pop("externalId")
+    assert flat_extension == nested_extension
+    assert flat_extension["cn1"] == "9" and flat_extension["cs2"] == "b" * 64
 
 
 def test_a_line_break_in_a_header_field_becomes_a_space() -> None:
@@ -263,7 +289,7 @@ def test_an_audit_stream_arrives_over_tcp_octet_counted_in_chain_order(
     assert receiver.connections == 2
     parsed = [parse_5424(payload) for payload in receiver.messages]
     for fields, message in zip(parsed, batch, strict=True):
-        action = message.data["action"]
+        action = message.data["event"]["action"]
         severity = syslog_sink.syslog_severity(syslog_sink.CEF_EVENTS[action].severity)
         assert int(fields["pri"]) == 10 * 8 + severity  # authpriv
         assert fields["version"] == "1"
@@ -291,17 +317,17 @@ def test_json_and_ocsf_bodies(syslog_receivers: Callable[..., SyslogReceiver]) -
     as_json, as_ocsf, task_event = (
         json.loads(parse_5424(payload)["msg"]) for payload in receiver.messages
     )
-    assert as_json["id"] == "evt-acme-3"
+    assert as_json["id"] == "audit:tenant:acme:3"
     assert as_json["type"] == "audit.event"
-    assert as_json["data"]["seq"] == 3
+    assert as_json["data"]["sequence"] == 3
     assert as_json["timestamp"] == "2026-12-01T10:15:30.250000Z"
     assert as_ocsf["class_uid"] == 6003
     assert ocsf.missing_required(as_ocsf) == []
     assert as_ocsf["metadata"]["sequence"] == 4
-    assert as_ocsf["metadata"]["event_id"] == "evt-acme-4"
+    assert as_ocsf["metadata"]["event_id"] == "audit:tenant:acme:4"
     # A task event has no OCSF class of its own: it keeps the envelope.
     assert task_event["type"] == "approval.requested"
-    assert task_event["url"].endswith("/approve")
+    assert task_event["url"].endswith("/answer/approve/")
 
 
 def test_tls_with_the_collectors_ca_bundle(
