@@ -108,3 +108,19 @@ def test_a_config_that_is_not_an_object_is_refused(kind: str) -> None:
     with pytest.raises(sinks.ConfigError) as caught:
         sinks.get(kind).clean_config(["not", "an", "object"])  # type: ignore[arg-type]
     assert caught.value.field == "config"
+
+
+def test_no_log_record_carries_a_secret(
+    http_receivers: Callable[..., HttpReceiver], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The levels settings.LOGGING sets (httpx would log each request's URL at INFO).
+    hec = http_receivers(lambda request: (403, b'{"text":"Invalid token","code":4}'))
+    slack = http_receivers(lambda request: (500, b"oops"))
+    webhook_url = slack.url + "/services/T0/B0/hook-secret-path-0123456789"
+    with pytest.raises(sinks.DeliveryError):
+        sinks.get("slack").send({}, webhook_url, [approval_message()], timeout=5)
+    config = sinks.get("splunk_hec").clean_config({"url": hec.url})
+    with pytest.raises(sinks.DeliveryError):
+        sinks.get("splunk_hec").send(config, "hec-token-secret-0123", [audit_message()], timeout=5)
+    assert "hook-secret-path" not in caplog.text
+    assert "hec-token-secret" not in caplog.text
