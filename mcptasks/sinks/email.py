@@ -75,7 +75,7 @@ class EmailSink(Sink):
         cleaned: dict[str, Any] = {
             "to": _addresses(config),
             "to_reviewers": boolean(config, "to_reviewers", default=False),
-            "subject_prefix": text(config, "subject_prefix", default="[mcptasks] ", max_length=50),
+            "subject_prefix": text(config, "subject_prefix", default="[mcptasks]", max_length=50),
         }
         if not cleaned["to"] and not cleaned["to_reviewers"]:
             raise ConfigError("to", "name at least one address, or turn on to_reviewers")

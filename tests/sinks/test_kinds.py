@@ -124,3 +124,20 @@ def test_no_log_record_carries_a_secret(
         sinks.get("splunk_hec").send(config, "hec-token-secret-0123", [audit_message()], timeout=5)
     assert "hook-secret-path" not in caplog.text
     assert "hec-token-secret" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kind", "config"),
+    [
+        ("splunk_hec", {"url": "https://splunk.example.com:8088/", "index": "main"}),
+        ("syslog", {"host": "::1", "facility": "authpriv", "format": "json"}),
+        ("jsonl_file", {"path": "./acme//audit.jsonl"}),
+        ("email", {"to": "a@example.com, b@example.com", "to_reviewers": True}),
+        ("slack", {"mention": "<!here>"}),
+    ],
+)
+def test_a_cleaned_config_cleans_to_itself(kind: str, config: dict[str, Any]) -> None:
+    # The outbox stores the cleaned config; each send checks it again.
+    cleaned = sinks.get(kind).clean_config(config)
+    assert sinks.get(kind).clean_config(cleaned) == cleaned
+    assert json.loads(json.dumps(cleaned)) == cleaned  # storable as JSON
