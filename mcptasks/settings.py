@@ -416,6 +416,8 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
 EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "mcptasks@localhost")
 MCPTASKS_SINKS_DIR = Path(env_str("MCPTASKS_SINKS_DIR") or VAR_DIR / "sinks")
+# The CA bundles syslog and Splunk HEC destinations may name (their ca_bundle is relative to it).
+MCPTASKS_SINKS_CA_DIR = Path(env_str("MCPTASKS_SINKS_CA_DIR") or VAR_DIR / "sinks-ca")
 
 # ---------------------------------------------------------------- logging
 # structlog renders every stdlib log record: JSON in production, readable in development,

@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -97,20 +97,61 @@ def choice(config: Mapping[str, Any], name: str, choices: Sequence[str], *, defa
     return str(value)
 
 
-def ca_bundle(config: Mapping[str, Any], name: str = "ca_bundle") -> str | None:
-    """An optional absolute path to a readable PEM bundle of CA certificates."""
-    path = text(config, name, max_length=1000)
-    if path is None:
+def relative_path(config: Mapping[str, Any], name: str) -> str | None:
+    """An optional path relative to a directory the operator chose: ``/`` separators, no
+    absolute path, no ``..``, no hidden names."""
+    raw = text(config, name, max_length=500)
+    if raw is None:
         return None
-    if not Path(path).is_absolute():
-        raise ConfigError(name, "must be an absolute path")
-    if not Path(path).is_file() or not os.access(path, os.R_OK):
-        raise ConfigError(name, "is not a readable file")
+    if "\\" in raw or "\x00" in raw:
+        raise ConfigError(name, "must be a relative path with / separators")
+    path = PurePosixPath(raw)
+    if path.is_absolute():
+        raise ConfigError(name, "must be a relative path, not absolute")
+    if ".." in path.parts:
+        raise ConfigError(name, "must not contain ..")
+    if raw.endswith("/") or path.name in ("", "."):
+        raise ConfigError(name, "must name a file")
+    if any(part.startswith(".") for part in path.parts):
+        raise ConfigError(name, "must not name a hidden file or directory")
+    return str(path)
+
+
+def under(base: Path, relative: str) -> Path | None:
+    """``relative`` resolved under ``base``; None when a symlink leads out of ``base``."""
+    root = base.resolve()
+    target = (root / relative).resolve()
+    return target if target.is_relative_to(root) else None
+
+
+def ca_bundle(config: Mapping[str, Any], name: str = "ca_bundle") -> str | None:
+    """An optional PEM bundle of CA certificates to trust, named relative to
+    ``MCPTASKS_SINKS_CA_DIR``: tenant admins configure destinations, so they choose among the
+    bundles the operator placed there, never any file of the server. Returns the relative
+    name; :func:`ca_file` gives the file."""
+    relative = relative_path(config, name)
+    if relative is None:
+        return None
+    path = ca_file(relative)
+    if path is None or not path.is_file() or not os.access(path, os.R_OK):
+        raise ConfigError(name, "is not a readable file in the CA directory")
     try:
-        ssl.create_default_context(cafile=path)
+        ssl.create_default_context(cafile=str(path))
     except (ssl.SSLError, OSError, ValueError):
         raise ConfigError(name, "holds no PEM certificate") from None
-    return path
+    return relative
+
+
+def ca_file(relative: str) -> Path | None:
+    from django.conf import settings
+
+    return under(Path(settings.MCPTASKS_SINKS_CA_DIR), relative)
+
+
+def tls_context(relative: str | None) -> ssl.SSLContext:
+    """A client context trusting the bundle ``relative`` names, else the system's CAs."""
+    path = ca_file(relative) if relative else None
+    return ssl.create_default_context(cafile=str(path) if path else None)
 
 
 def is_loopback(host: str) -> bool:

@@ -13,7 +13,7 @@ import errno
 import fcntl
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -24,8 +24,9 @@ from mcptasks.sinks._common import (
     choice,
     dumps,
     recheck,
-    required_text,
+    relative_path,
     structured,
+    under,
 )
 
 FIELDS = ("path", "format")
@@ -34,19 +35,10 @@ PERMANENT = {errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR, errno.EROFS
 
 
 def _path(config: Mapping[str, Any]) -> str:
-    raw = required_text(config, "path", max_length=500)
-    if "\\" in raw or "\x00" in raw:
-        raise ConfigError("path", "must be a relative path with / separators")
-    path = PurePosixPath(raw)
-    if path.is_absolute():
-        raise ConfigError("path", "must be relative to the sinks directory, not absolute")
-    if ".." in path.parts:
-        raise ConfigError("path", "must not contain ..")
-    if raw.endswith("/") or path.name in ("", "."):
-        raise ConfigError("path", "must name a file")
-    if any(part.startswith(".") for part in path.parts):
-        raise ConfigError("path", "must not name a hidden file or directory")
-    return str(path)
+    path = relative_path(config, "path")
+    if path is None:
+        raise ConfigError("path", "is required")
+    return path
 
 
 def sinks_dir() -> Path:
@@ -56,9 +48,8 @@ def sinks_dir() -> Path:
 def resolve(relative: str) -> Path:
     """The file ``relative`` names under the sinks directory; a symlink that leads out of it is
     a non-retryable :class:`DeliveryError`."""
-    base = sinks_dir().resolve()
-    target = (base / relative).resolve()
-    if not target.is_relative_to(base):
+    target = under(sinks_dir(), relative)
+    if target is None:
         raise DeliveryError(f"{relative}: leads out of the sinks directory", retryable=False)
     return target
 

@@ -32,6 +32,7 @@ from mcptasks.sinks._common import (
     status_retryable,
     structured,
     text,
+    tls_context,
 )
 
 ENDPOINT = "/services/collector/event"
@@ -155,7 +156,7 @@ class SplunkHecSink(Sink):
             raise DeliveryError("the HEC token holds white space or control characters", retryable=False)  # fmt: skip
         verify: bool | ssl.SSLContext = config["verify_tls"]
         if config.get("ca_bundle"):
-            verify = ssl.create_default_context(cafile=config["ca_bundle"])
+            verify = tls_context(config["ca_bundle"])
         # In order; when a later body fails the batch is retried whole (receivers de-duplicate
         # on the event id).
         for body in self.render(config, messages):

@@ -35,6 +35,7 @@ from mcptasks.sinks._common import (
     short,
     structured,
     text,
+    tls_context,
 )
 
 # ---------------------------------------------------------------- CEF
@@ -399,7 +400,7 @@ class SyslogSink(Sink):
         try:
             with socket.create_connection((config["host"], config["port"]), timeout=timeout) as raw:
                 if config["tls"]:
-                    context = ssl.create_default_context(cafile=config.get("ca_bundle"))
+                    context = tls_context(config.get("ca_bundle"))
                     with context.wrap_socket(raw, server_hostname=config["host"]) as tls:
                         tls.sendall(payload)
                         closing: socket.socket = _close_tls(tls, timeout)

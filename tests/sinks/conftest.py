@@ -150,7 +150,9 @@ def make_certificate(directory: Path, name: str = "localhost") -> Certificate:
 
 
 @pytest.fixture
-def certificate(tmp_path: Path) -> Certificate:
+def certificate(tmp_path: Path, settings: Any) -> Certificate:
+    """A collector's certificate, in the CA directory destinations name bundles from."""
+    settings.MCPTASKS_SINKS_CA_DIR = tmp_path
     return make_certificate(tmp_path)
 
 

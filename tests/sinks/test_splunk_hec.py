@@ -190,7 +190,7 @@ def test_https_with_the_collectors_ca_bundle(
 ) -> None:
     receiver = http_receivers(fake_hec, tls=certificate)
     url = receiver.url.replace("http://", "https://")
-    config = SINK.clean_config({"url": url, "ca_bundle": str(certificate.cert)})
+    config = SINK.clean_config({"url": url, "ca_bundle": certificate.cert.name})
     SINK.send(config, TOKEN, [audit_message()], timeout=5)
     assert len(receiver.requests) == 1
     with pytest.raises(DeliveryError) as caught:
@@ -216,7 +216,11 @@ def test_https_with_the_collectors_ca_bundle(
         ({"url": "https://s.example.com", "host": "a b"}, "host"),
         ({"url": "https://s.example.com", "format": "cef"}, "format"),
         ({"url": "https://s.example.com", "verify_tls": "no"}, "verify_tls"),
-        ({"url": "https://s.example.com", "ca_bundle": "/nonexistent.pem"}, "ca_bundle"),
+        (
+            {"url": "https://s.example.com", "ca_bundle": "/etc/ssl/certs/ca-certificates.crt"},
+            "ca_bundle",
+        ),
+        ({"url": "https://s.example.com", "ca_bundle": "missing.pem"}, "ca_bundle"),
         ({"url": "https://s.example.com", "token": TOKEN}, "token"),
     ],
 )

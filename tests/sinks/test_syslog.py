@@ -335,7 +335,7 @@ def test_tls_with_the_collectors_ca_bundle(
 ) -> None:
     receiver = syslog_receivers(tls=certificate)
     config = SINK.clean_config(
-        {"host": "127.0.0.1", "port": receiver.port, "ca_bundle": str(certificate.cert)}
+        {"host": "127.0.0.1", "port": receiver.port, "ca_bundle": certificate.cert.name}
     )
     assert config["tls"] is True
     SINK.send(config, None, [audit_message(seq=1), audit_message(seq=2)], timeout=5)
@@ -351,7 +351,11 @@ def test_a_certificate_the_trust_store_refuses_is_not_retried(
     other = make_certificate(tmp_path / "other")
     for config in (
         {"host": "127.0.0.1", "port": receiver.port},  # the system's CAs
-        {"host": "127.0.0.1", "port": receiver.port, "ca_bundle": str(other.cert)},
+        {
+            "host": "127.0.0.1",
+            "port": receiver.port,
+            "ca_bundle": str(other.cert.relative_to(tmp_path)),
+        },
     ):
         with pytest.raises(DeliveryError) as caught:
             SINK.send(SINK.clean_config(config), None, [audit_message()], timeout=5)
@@ -405,9 +409,9 @@ def test_defaults() -> None:
         ({"host": "h", "app_name": "two words"}, "app_name"),
         ({"host": "h", "app_name": "x" * 49}, "app_name"),
         ({"host": "h", "hostname": "a b"}, "hostname"),
-        ({"host": "h", "ca_bundle": "relative.pem"}, "ca_bundle"),
-        ({"host": "h", "ca_bundle": "/nonexistent/ca.pem"}, "ca_bundle"),
-        ({"host": "h", "tls": False, "ca_bundle": "/etc/hostname"}, "ca_bundle"),
+        ({"host": "h", "ca_bundle": "missing.pem"}, "ca_bundle"),
+        ({"host": "h", "ca_bundle": "/etc/ssl/certs/ca-certificates.crt"}, "ca_bundle"),
+        ({"host": "h", "ca_bundle": "../etc/passwd"}, "ca_bundle"),
         ({"host": "h", "colour": "blue"}, "colour"),
     ],
 )
@@ -417,9 +421,29 @@ def test_each_bad_field_is_named(config: dict[str, Any], field: str) -> None:
     assert caught.value.field == field
 
 
-def test_a_ca_bundle_that_holds_no_certificate_is_refused(tmp_path: Any) -> None:
-    junk = tmp_path / "junk.pem"
-    junk.write_text("not a certificate\n")
+def test_a_ca_bundle_that_holds_no_certificate_is_refused(tmp_path: Any, settings: Any) -> None:
+    settings.MCPTASKS_SINKS_CA_DIR = tmp_path
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
     with pytest.raises(ConfigError) as caught:
-        SINK.clean_config({"host": "h", "ca_bundle": str(junk)})
+        SINK.clean_config({"host": "h", "ca_bundle": "junk.pem"})
     assert caught.value.field == "ca_bundle"
+    assert caught.value.message == "holds no PEM certificate"
+
+
+def test_a_ca_bundle_is_only_for_tls(certificate: Certificate) -> None:
+    with pytest.raises(ConfigError) as caught:
+        SINK.clean_config({"host": "h", "tls": False, "ca_bundle": certificate.cert.name})
+    assert (caught.value.field, caught.value.message) == ("ca_bundle", "only applies with tls on")
+
+
+def test_a_ca_bundle_cannot_name_a_file_outside_the_ca_directory(
+    tmp_path: Any, settings: Any
+) -> None:
+    ca_dir = tmp_path / "ca"
+    ca_dir.mkdir()
+    settings.MCPTASKS_SINKS_CA_DIR = ca_dir
+    outside = make_certificate(tmp_path)
+    (ca_dir / "link.crt").symlink_to(outside.cert)
+    with pytest.raises(ConfigError) as caught:
+        SINK.clean_config({"host": "h", "ca_bundle": "link.crt"})
+    assert caught.value.message == "is not a readable file in the CA directory"
