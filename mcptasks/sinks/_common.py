@@ -307,6 +307,8 @@ def post(
         raise DeliveryError(
             f"{what}: {type(error).__name__}: {detail}", retryable=not certificate
         ) from None
+    except httpx.InvalidURL:
+        raise DeliveryError(f"{what}: the URL is not valid", retryable=False) from None
     except (OSError, ValueError) as error:  # a CA bundle that cannot be read, a bad header
         detail = scrub(short(str(error) or type(error).__name__), [url, *secrets])
         raise DeliveryError(f"{what}: {type(error).__name__}: {detail}", retryable=False) from None
