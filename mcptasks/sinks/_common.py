@@ -14,6 +14,7 @@ import ssl
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -149,9 +150,22 @@ def ca_file(relative: str) -> Path | None:
 
 
 def tls_context(relative: str | None) -> ssl.SSLContext:
-    """A client context trusting the bundle ``relative`` names, else the system's CAs."""
+    """A client context trusting the bundle ``relative`` names, else certifi's CAs (as httpx
+    does). Cached: loading a bundle costs tens of milliseconds, more than a local send."""
     path = ca_file(relative) if relative else None
-    return ssl.create_default_context(cafile=str(path) if path else None)
+    if path is None:
+        return _context(None, 0)
+    try:
+        modified = path.stat().st_mtime_ns
+    except OSError:
+        modified = 0  # gone since the config was checked: loading it fails below, as it should
+    return _context(str(path), modified)
+
+
+@lru_cache(maxsize=32)
+def _context(cafile: str | None, modified: int) -> ssl.SSLContext:
+    del modified  # part of the key only: a replaced bundle is loaded again
+    return ssl.create_default_context(cafile=cafile) if cafile else httpx.create_ssl_context()
 
 
 def is_loopback(host: str) -> bool:
@@ -289,13 +303,15 @@ def post(
     content: bytes,
     headers: Mapping[str, str],
     timeout: float,
-    verify: bool | ssl.SSLContext = True,
+    verify: bool | ssl.SSLContext | None = None,
     what: str,
     secrets: Sequence[str | None] = (),
 ) -> httpx.Response:
     """POST ``content``; a transport failure is a retryable :class:`DeliveryError` naming ``what``
     (never the URL, the headers or the body). Returns the response whatever its status."""
     try:
+        if verify is None or verify is True:
+            verify = tls_context(None)
         with httpx.Client(timeout=timeout, verify=verify, follow_redirects=False) as client:
             return client.post(url, content=content, headers=dict(headers))
     except httpx.TimeoutException:

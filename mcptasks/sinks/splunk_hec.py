@@ -154,9 +154,9 @@ class SplunkHecSink(Sink):
             raise DeliveryError("no HEC token is set for this destination", retryable=False)
         if any(char.isspace() or ord(char) < 32 for char in token):
             raise DeliveryError("the HEC token holds white space or control characters", retryable=False)  # fmt: skip
-        verify: bool | ssl.SSLContext = config["verify_tls"]
-        if config.get("ca_bundle"):
-            verify = tls_context(config["ca_bundle"])
+        verify: bool | ssl.SSLContext = (
+            tls_context(config.get("ca_bundle")) if config["verify_tls"] else False
+        )
         # In order; when a later body fails the batch is retried whole (receivers de-duplicate
         # on the event id).
         for body in self.render(config, messages):
