@@ -121,7 +121,7 @@ def cef_event(action: str) -> CefEvent:
 def cef_header(value: object) -> str:
     """A CEF header field: backslash and pipe escaped; a line break (not allowed) as a space."""
     escaped = str(value).replace("\\", "\\\\").replace("|", "\\|")
-    return re.sub(r"\r\n|\r|\n", " ", escaped)
+    return escaped.replace("\r\n", " ").replace("\r", " ").replace("\n", " ")
 
 
 def cef_value(value: object) -> str:
@@ -174,8 +174,9 @@ def cef(message: Message, *, host: str) -> str:
         task_id = task.get("task_id") or task.get("taskId") or task.get("id") or ""
     if task_id:
         extension += [("cs4Label", "taskId"), ("cs4", task_id)]
-    if _ip(data.get("ip")):
-        extension.append(("src", _ip(data.get("ip"))))
+    source_ip = _ip(data["ip"]) if data.get("ip") else None
+    if source_ip:
+        extension.append(("src", source_ip))
     if data.get("user_agent"):
         extension.append(("requestClientApplication", short(str(data["user_agent"]), 512)))
     if str(action) in CEF_FAILURES or (row is not None and str(action).startswith("auth.")):
