@@ -194,8 +194,12 @@ def cef(message: Message, *, host: str) -> str:
         event.name,
         str(event.severity),
     ]
+    present = {key for key, value in extension if value not in (None, "")}
     rendered_extension = " ".join(
-        f"{key}={cef_value(value)}" for key, value in extension if value not in (None, "")
+        f"{key}={cef_value(value)}"
+        for key, value in extension
+        # a custom field's label only with its value
+        if key in present and not (key.endswith("Label") and key[: -len("Label")] not in present)
     )
     return "|".join(cef_header(part) for part in header) + "|" + rendered_extension
 

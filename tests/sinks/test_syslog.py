@@ -244,6 +244,23 @@ def test_a_flat_stored_row_is_read_as_well_as_the_outboxs_nested_event() -> None
     assert flat_extension["cn1"] == "9" and flat_extension["cs2"] == "b" * 64
 
 
+def test_a_custom_fields_label_is_left_out_with_its_empty_value() -> None:
+    message = audit_message("auth.logout")
+    body = {**message.data["event"], "request_id": "", "task_id": ""}
+    _, extension = render(
+        Message(
+            id="x",
+            type="audit.event",
+            timestamp=WHEN,
+            tenant="acme",
+            data={**message.data, "event": body},
+        )
+    )
+    assert "cs6" not in extension and "cs6Label" not in extension
+    assert "cs4" not in extension and "cs4Label" not in extension
+    assert extension["cs1Label"] == "chain"
+
+
 def test_a_line_break_in_a_header_field_becomes_a_space() -> None:
     assert syslog_sink.cef_header("two\nlines\r\nhere|x\\") == "two lines here\\|x\\\\"
 
