@@ -250,3 +250,17 @@ def test_a_large_batch_is_split_into_bodies_hec_accepts_in_order(hec: HttpReceiv
         for event in batch_of(request)
     ]
     assert sequences == list(range(1, 101))
+
+
+def test_verify_tls_off_accepts_a_self_signed_hec(
+    http_receivers: Callable[..., HttpReceiver], certificate: Certificate
+) -> None:
+    receiver = http_receivers(fake_hec, tls=certificate)
+    url = receiver.url.replace("http://", "https://")
+    SINK.send(
+        SINK.clean_config({"url": url, "verify_tls": False}), TOKEN, [audit_message()], timeout=5
+    )
+    assert len(receiver.requests) == 1
+    with pytest.raises(ConfigError) as caught:
+        SINK.clean_config({"url": url, "verify_tls": False, "ca_bundle": certificate.cert.name})
+    assert caught.value.field == "ca_bundle"
