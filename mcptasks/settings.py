@@ -404,6 +404,27 @@ MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL = env_int(
     "MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL", 100
 )
 
+# ---------------------------------------------------------------- destinations: e-mail, files
+# Django's mail backend sends the e-mail destinations' messages: the console on the embedded
+# default, SMTP (EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS)
+# in production. JSONL file destinations write under MCPTASKS_SINKS_DIR (docs/destinations.md).
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if PRODUCTION
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "mcptasks@localhost")
+MCPTASKS_SINKS_DIR = Path(env_str("MCPTASKS_SINKS_DIR") or VAR_DIR / "sinks")
+# The CA bundles syslog and Splunk HEC destinations may name (their ca_bundle is relative to it).
+MCPTASKS_SINKS_CA_DIR = Path(env_str("MCPTASKS_SINKS_CA_DIR") or VAR_DIR / "sinks-ca")
+
 # ---------------------------------------------------------------- logging
 # structlog renders every stdlib log record: JSON in production, readable in development,
 # always with request id / tenant / principal / task id from context and through the redactor.
@@ -418,6 +439,10 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "axes": {"level": "WARNING"},  # its per-login INFO lines repeat what the audit records
+        # httpx logs every request's URL at INFO; a destination's URL may carry a secret (a
+        # Slack webhook's path is one), and the delivery log records every send anyway.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
     },
 }
 
