@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path, register_converter
 from django.urls.converters import StringConverter
 
-from dashboard import audit_views, bulk, operations_views, views
+from dashboard import audit_views, bulk, operations_views, preferences, views
 from dashboard.pages import with_csp
 
 
@@ -54,6 +54,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     # An event's address is its chain and its sequence number in it ("tenant:acme" #323): the
     # number alone is ambiguous across tenants, and the primary key is no address at all.
     path("audit/<segment:chain>/<int:seq>/", audit_views.audit_detail, name="audit_event"),
+    path("preferences/", preferences.preferences_page, name="preferences"),
     path("tokens/", audit_views.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke", audit_views.token_revoke, name="token_revoke"),
 ]
