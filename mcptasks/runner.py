@@ -254,6 +254,16 @@ class TaskContext(ToolContext):
             arguments=self.task.arguments,
             default=gate.get("policy") or {},
         )
+        bound = approval_policies.bound_rules_digest(self.task.policy_revision)
+        declared = policy["binding"][: len(bound)]
+        if bound and declared != bound:
+            # The tenant's rules changed since the task was created: the gate applies the
+            # rules in force now (a tightening covers queued work); the change is audited.
+            lifecycle.task_note_binding_change(
+                task_id=self.task.pk,
+                attempt=self.attempt,
+                changes={"approval_policy": [bound, declared]},
+            )
         return {**gate, "policy": policy}
 
     def _answer_of(self, key: str) -> Answer:
@@ -574,7 +584,8 @@ def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
     changes = {}
     if task.server_build != settings.MCPTASKS_SERVER_BUILD:
         changes["server_build"] = [task.server_build, settings.MCPTASKS_SERVER_BUILD]
-    if task.policy_revision != tool_def.policy_revision:
+    # The approval rules part of the binding is compared when a gate is declared (_gate_of).
+    if approval_policies.tool_revision_of(task.policy_revision) != tool_def.policy_revision:
         changes["policy_revision"] = [task.policy_revision, tool_def.policy_revision]
     if not changes:
         return None
