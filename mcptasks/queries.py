@@ -524,9 +524,14 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
 
 
 def get_input_request(user: Any, task_id: Any, key: str) -> tuple[Task, InputRequest] | None:
-    """A task ``user`` may see and one of its input requests by key."""
-    task = find_task(user, task_id)
+    """A task ``user`` may see and one of its input requests by key — or, for an eligible
+    reviewer who may not otherwise see the task, its approval gate (access.gate_for_reviewer)."""
+    task = access.get_visible_task(user, task_id)
     if task is None:
+        reviewed = access.gate_for_reviewer(user, task_id, key)
+        if reviewed is not None:
+            return reviewed
+        find_task(user, task_id)  # the miss counts against the unknown-id budget
         return None
     request = task.input_requests.filter(key=key).first()
     return (task, request) if request is not None else None
