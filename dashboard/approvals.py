@@ -30,6 +30,9 @@ def gate_context(user: Any, task: Task, gate: InputRequest) -> dict[str, Any]:
     bound = approval_policies.bound_rules_digest(task.policy_revision)
     declared = str(policy.get("binding") or "")[: len(bound) or None]
     return {
+        "message": _masked_text(
+            str((gate.params or {}).get("message") or gate.key), task.arguments, policy
+        ),
         "summary": wire.shown((gate.gate or {}).get("summary") or {}, sensitive),
         "policy": policy,
         "bound_digest": bound,
@@ -49,6 +52,21 @@ def gate_context(user: Any, task: Task, gate: InputRequest) -> dict[str, Any]:
             .order_by("-created_at")[:RECENT_RUNS]
         ),
     }
+
+
+def _masked_text(text: str, arguments: Any, policy: dict[str, Any]) -> str:
+    """``text`` (the gate's message, written by the tool) with the values of the arguments the
+    policy masks replaced too, so a masked field is not read back from the question."""
+    masked = set(policy.get("redact") or ())
+    if not isinstance(arguments, dict):
+        return text
+    for name in sorted(masked):
+        value = arguments.get(name)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            shown = str(value)
+            if len(shown) >= 2:
+                text = text.replace(shown, "[REDACTED]")
+    return text
 
 
 def approval_page(request: HttpRequest, task: Task, gate: InputRequest) -> HttpResponse:
