@@ -77,6 +77,10 @@ def approval_page(request: HttpRequest, task: Task, gate: InputRequest) -> HttpR
     }
     if gate.state != InputState.PENDING:
         return render_page(request, "dashboard/approval.html", {**context, "closed": True})
+    mine = next((d for d in context["decisions"] if d.reviewer_id == request.user.pk), None)
+    if mine is not None:
+        # Decided once: a second decision is refused (lifecycle), so no form is offered.
+        return render_page(request, "dashboard/approval.html", {**context, "mine": mine})
     decision = access.may_decide(request.user, gate, task)
     if not decision:
         return render_page(

@@ -121,6 +121,7 @@ def handle_tasks_update(call: Call) -> dict[str, Any]:
                     actor=actor,
                     via="mcp",
                 )
+                statuses[key] = TAKEN
                 continue
             lifecycle.task_answer_input(
                 task_id=task.pk, key=key, response=response, actor=actor, via="mcp"
