@@ -13,7 +13,14 @@ from django.shortcuts import redirect
 from django.urls import reverse
 
 from dashboard import approval_forms, forms
-from dashboard.pages import actor_for, current_tenant, denied, page, render_page
+from dashboard.pages import (
+    actor_for,
+    current_tenant,
+    denied,
+    page,
+    render_fragment,
+    render_page,
+)
 from mcptasks import access, approval_policies, lifecycle, wire
 from mcptasks.models import ApprovalPolicyRule, InputRequest, InputState, ReviewerGroup, Task
 
@@ -75,6 +82,9 @@ def approval_page(request: HttpRequest, task: Task, gate: InputRequest) -> HttpR
         "input": gate,
         **gate_context(request.user, task, gate),
     }
+    if request.method == "GET" and request.GET.get("fragment") == "live":
+        # The progress and the decisions, for the page's live refresh.
+        return render_fragment(request, "dashboard/_approval_live.html", context)
     if gate.state != InputState.PENDING:
         return render_page(request, "dashboard/approval.html", {**context, "closed": True})
     mine = next((d for d in context["decisions"] if d.reviewer_id == request.user.pk), None)

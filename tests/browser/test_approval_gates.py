@@ -1,6 +1,6 @@
 """Approval gates in headless Chromium (issue 21): with the demo's two-approval policy, olga
 and amy have the deploy open; olga approves and amy's page shows "1 of 2" live; amy rejects
-with a comment, which shows on the timeline; the task ends *rejected*; carl, an auditor, never
+with a comment, which shows on the timeline (her open approval page showed "1 of 2" live too); the task ends *rejected*; carl, an auditor, never
 sees an Approve button."""
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def test_two_reviewers_one_approves_live_the_other_rejects_and_the_task_is_rejec
 
     olga, amy = sign_in("olga"), sign_in("amy")
     amys_task = amy.open(f"/tasks/{task_id}/")
+    amys_gate = amy.open(f"/tasks/{task_id}/inputs/approval/")
+    expect(amys_gate.locator("[data-progress]")).to_contain_text("0 of 2")
     gate = olga.open(f"/tasks/{task_id}/inputs/approval/")
     expect(gate.locator("[data-progress]")).to_contain_text("0 of 2")
     expect(gate.locator("[data-summary]")).to_contain_text("3.1.0")
@@ -41,9 +43,9 @@ def test_two_reviewers_one_approves_live_the_other_rejects_and_the_task_is_rejec
     gate.wait_for_url(f"**/tasks/{task_id}/#timeline")
     expect(amys_task.locator("body")).to_contain_text(
         "Waiting for approval (1 of 2)", timeout=LIVE_TIMEOUT
-    )  # amy's open page, live
-
-    amys_gate = amy.open(f"/tasks/{task_id}/inputs/approval/")
+    )  # amy's open task page, live
+    # amy's open approval page too, without a reload: the progress and olga's decision.
+    expect(amys_gate.locator("[data-progress]")).to_contain_text("1 of 2", timeout=LIVE_TIMEOUT)
     expect(amys_gate.locator("[data-decisions]")).to_contain_text("olga approved")
     amys_gate.locator('button[value="reject"]').click()  # no comment: refused by the form
     expect(amys_gate.locator(".field-error")).to_contain_text("comment")
