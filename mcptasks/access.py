@@ -473,6 +473,16 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
     """Pending ``operator`` / ``any`` input requests ``user`` may answer outside MCP (dashboard,
     REST API), across tasks: the set form of :func:`may_answer` (operator roles, named-approver
     grants, the owner for ``any``, never a requester's own self-approval gate)."""
+    pending = answerable_inputs_before_gates(user)
+    # An approval gate is listed only to those its policy lets decide.
+    refused = refused_gate_ids(user, pending)
+    return pending.exclude(pk__in=refused) if refused else pending
+
+
+def answerable_inputs_before_gates(user: Any) -> QuerySet[InputRequest]:
+    """:func:`answerable_inputs` before its approval gates are checked against their policies
+    (:func:`refused_gate_ids`), for a caller that first asks, in the query it runs anyway,
+    whether any gate is among them — so a page with no pending gate reads none."""
     if not _authenticated(user):
         return InputRequest.objects.none()
     pending = InputRequest.objects.filter(
@@ -489,13 +499,20 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
             | Q(audience=Audience.ANY, task__principal=user)
         )
     pending = pending.filter(tenant_id__in=sorted(member_tenants(user)))
-    pending = pending.exclude(forbid_self_approval=True, task__principal=user).exclude(
+    return pending.exclude(forbid_self_approval=True, task__principal=user).exclude(
         forbid_self_approval=True, task__token__issued_by=user
     )
-    # An approval gate is listed only to those its policy lets decide (pending gates are few).
+
+
+def refused_gates(user: Any, pending: QuerySet[InputRequest]) -> list[InputRequest]:
+    """The approval gates among ``pending`` whose policy does not let ``user`` decide (pending
+    gates are few: one query reads them)."""
     gates = pending.filter(kind=InputKind.APPROVAL).select_related("task")
-    refused = [gate.pk for gate in gates if not may_decide(user, gate, gate.task)]
-    return pending.exclude(pk__in=refused) if refused else pending
+    return [gate for gate in gates if not may_decide(user, gate, gate.task)]
+
+
+def refused_gate_ids(user: Any, pending: QuerySet[InputRequest]) -> list[int]:
+    return [gate.pk for gate in refused_gates(user, pending)]
 
 
 def answer_decisions(user: Any, task: Task, requests: list[InputRequest]) -> dict[int, Decision]:
