@@ -34,6 +34,7 @@ from mcptasks.models import (
     Audience,
     Effect,
     EffectState,
+    GateOutcome,
     InputKind,
     InputRequest,
     InputState,
@@ -621,6 +622,7 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
                 "content": [{"type": "text", "text": str(exc)}],
                 "isError": True,
             },
+            context,
         )
     except MissingCapability as exc:
         return _fail(
@@ -652,16 +654,24 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
         return _fail(
             task, f"Tool {task.tool_name!r} returned a result that does not match its outputSchema"
         )
-    return _complete(task, result)
+    return _complete(task, result, context)
 
 
 def _state_of(task_id: str) -> str | None:
     return Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
 
 
-def _complete(task: Task, result: dict[str, Any]) -> str | None:
+def _complete(task: Task, result: dict[str, Any], context: TaskContext) -> str | None:
+    # The attempt read the task's input requests when it began (a gate is settled before the
+    # attempt that reads its outcome): whether one was rejected costs no query here.
+    rejected = any(
+        r.kind == InputKind.APPROVAL and r.outcome == GateOutcome.REJECTED
+        for r in context.inputs.values()
+    )
     try:
-        return lifecycle.task_complete(task_id=task.pk, attempt=task.attempt, result=result).state
+        return lifecycle.task_complete(
+            task_id=task.pk, attempt=task.attempt, result=result, rejected=rejected
+        ).state
     except lifecycle.LifecycleError:
         return _state_of(task.pk)
 

@@ -89,7 +89,12 @@ def handle_tasks_update(call: Call) -> dict[str, Any]:
             raise
         task = reviewed
     outstanding = {r.key: r for r in access.answerable_requests(user, task, channel="mcp")}
-    gates = _pending_gates(task, list(responses))
+    # The gates among the keys: those outstanding say so themselves; only a key not
+    # outstanding may name a gate this user may not decide on (asked only then).
+    missing = [key for key in responses if key not in outstanding]
+    gates = {k: r for k, r in outstanding.items() if r.kind == InputKind.APPROVAL}
+    if missing:
+        gates |= _pending_gates(task, missing)
     accepted: dict[str, dict[str, Any]] = {}
     for key, response in responses.items():
         request = outstanding.get(key)
