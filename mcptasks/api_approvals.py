@@ -245,6 +245,41 @@ class ApprovalPolicyListView(ApiView):
         return Response(_rule_data(rule), status=201)
 
 
+class ApprovalPolicyDetailView(ApiView):
+    @extend_schema(
+        operation_id="approval_policies_delete",
+        tags=["approvals"],
+        summary="Delete an approval policy rule",
+        description="Withdraws an active rule: its selector's next version is a tombstone and "
+        "gates declared afterwards apply the tool's own policy. Tenant admins; audited as "
+        "approval.policy_changed with deleted: true. 404 for a rule that is not active or not "
+        "of a tenant the caller belongs to.",
+        request=None,
+        responses={204: None, **problems(403, 404)},
+    )
+    def delete(self, request: Request, rule_id: int) -> Response:
+        rule = (
+            ApprovalPolicyRule.objects.select_related("tenant")
+            .filter(pk=rule_id, active=True, tenant_id__in=access.member_tenant_ids(request.user))
+            .first()
+        )
+        if rule is None:
+            raise NotFound("Approval policy not found.")
+        allowed = access.may_manage_approvals(request.user, rule.tenant_id)
+        if not allowed:
+            raise PermissionDenied(_sentence(allowed.reason))
+        try:
+            approval_policies.delete_rule(
+                tenant=rule.tenant,
+                actor=actor_of(request),
+                created_by=request.user,
+                rule_id=rule.pk,
+            )
+        except ApprovalPolicyRule.DoesNotExist:
+            raise NotFound("Approval policy not found.") from None
+        return Response(status=204)
+
+
 # ---------------------------------------------------------------- reviewer groups
 class ReviewerGroupSerializer(serializers.Serializer):
     tenant = serializers.SlugField(required=False, help_text="default: the caller's tenant")
