@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path, register_converter
 from django.urls.converters import StringConverter
 
-from dashboard import audit_views, bulk, operations_views, preferences, views
+from dashboard import approvals, audit_views, bulk, operations_views, preferences, views
 from dashboard.pages import with_csp
 
 
@@ -56,5 +56,14 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("audit/<segment:chain>/<int:seq>/", audit_views.audit_detail, name="audit_event"),
     path("preferences/", preferences.preferences_page, name="preferences"),
     path("tokens/", audit_views.token_list, name="tokens"),
+    path("approval-policies/", approvals.approval_policies_page, name="approval_policies"),
+    path("approval-policies/<int:rule_id>/", approvals.approval_rule_page, name="approval_rule"),
+    path(
+        "approval-policies/<int:rule_id>/delete",
+        approvals.approval_rule_delete,
+        name="approval_rule_delete",
+    ),
+    path("reviewer-groups/", approvals.reviewer_groups_create, name="reviewer_groups"),
+    path("reviewer-groups/<slug:name>/", approvals.reviewer_group_page, name="reviewer_group"),
     path("tokens/<int:token_id>/revoke", audit_views.token_revoke, name="token_revoke"),
 ]

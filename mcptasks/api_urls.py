@@ -67,6 +67,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="api-approval-policies",
     ),
     path(
+        "v1/approval-policies/<int:rule_id>",
+        api_approvals.ApprovalPolicyDetailView.as_view(),
+        name="api-approval-policy",
+    ),
+    path(
         "v1/reviewer-groups",
         api_approvals.ReviewerGroupListView.as_view(),
         name="api-reviewer-groups",

@@ -667,8 +667,12 @@ def task_wake(*, task_id: str) -> Task:
     return task
 
 
-def task_complete(*, task_id: str, attempt: int, result: dict[str, Any]) -> Task:
-    """Complete a running attempt with its CallToolResult (``isError`` results included)."""
+def task_complete(
+    *, task_id: str, attempt: int, result: dict[str, Any], rejected: bool | None = None
+) -> Task:
+    """Complete a running attempt with its CallToolResult (``isError`` results included).
+    ``rejected``: whether an approval gate of the task was rejected, when the caller knows
+    (the runner read the task's input requests); None reads it."""
     size = len(json.dumps(result))
     if size > settings.MCPTASKS_MAX_RESULT_BYTES:
         return task_fail(
@@ -682,9 +686,10 @@ def task_complete(*, task_id: str, attempt: int, result: dict[str, Any]) -> Task
         )
     # A task whose approval gate was rejected completes as the tool decides on the wire, but is
     # *rejected* everywhere else: never a plain "completed" that hides a rejection.
-    rejected = InputRequest.objects.filter(
-        task_id=task_id, kind=InputKind.APPROVAL, outcome=GateOutcome.REJECTED
-    ).exists()
+    if rejected is None:
+        rejected = InputRequest.objects.filter(
+            task_id=task_id, kind=InputKind.APPROVAL, outcome=GateOutcome.REJECTED
+        ).exists()
     outcome = GateOutcome.REJECTED.value if rejected else ""
     with transaction.atomic():
         task = _apply(

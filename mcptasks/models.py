@@ -512,6 +512,8 @@ class ApprovalPolicyRule(models.Model):
     roles = models.JSONField(default=list, blank=True)
     groups = models.JSONField(default=list, blank=True)
     users = models.JSONField(default=list, blank=True)
+    # Argument fields the approval page masks (added to those the tool's gate names).
+    redact = models.JSONField(default=list, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -34,6 +34,7 @@ from mcptasks.models import (
     Audience,
     Effect,
     EffectState,
+    GateOutcome,
     InputKind,
     InputRequest,
     InputState,
@@ -254,6 +255,16 @@ class TaskContext(ToolContext):
             arguments=self.task.arguments,
             default=gate.get("policy") or {},
         )
+        bound = approval_policies.bound_rules_digest(self.task.policy_revision)
+        declared = policy["binding"][: len(bound)]
+        if bound and declared != bound:
+            # The tenant's rules changed since the task was created: the gate applies the
+            # rules in force now (a tightening covers queued work); the change is audited.
+            lifecycle.task_note_binding_change(
+                task_id=self.task.pk,
+                attempt=self.attempt,
+                changes={"approval_policy": [bound, declared]},
+            )
         return {**gate, "policy": policy}
 
     def _answer_of(self, key: str) -> Answer:
@@ -574,7 +585,8 @@ def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
     changes = {}
     if task.server_build != settings.MCPTASKS_SERVER_BUILD:
         changes["server_build"] = [task.server_build, settings.MCPTASKS_SERVER_BUILD]
-    if task.policy_revision != tool_def.policy_revision:
+    # The approval rules part of the binding is compared when a gate is declared (_gate_of).
+    if approval_policies.tool_revision_of(task.policy_revision) != tool_def.policy_revision:
         changes["policy_revision"] = [task.policy_revision, tool_def.policy_revision]
     if not changes:
         return None
@@ -610,6 +622,7 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
                 "content": [{"type": "text", "text": str(exc)}],
                 "isError": True,
             },
+            context,
         )
     except MissingCapability as exc:
         return _fail(
@@ -641,16 +654,24 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
         return _fail(
             task, f"Tool {task.tool_name!r} returned a result that does not match its outputSchema"
         )
-    return _complete(task, result)
+    return _complete(task, result, context)
 
 
 def _state_of(task_id: str) -> str | None:
     return Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
 
 
-def _complete(task: Task, result: dict[str, Any]) -> str | None:
+def _complete(task: Task, result: dict[str, Any], context: TaskContext) -> str | None:
+    # The attempt read the task's input requests when it began (a gate is settled before the
+    # attempt that reads its outcome): whether one was rejected costs no query here.
+    rejected = any(
+        r.kind == InputKind.APPROVAL and r.outcome == GateOutcome.REJECTED
+        for r in context.inputs.values()
+    )
     try:
-        return lifecycle.task_complete(task_id=task.pk, attempt=task.attempt, result=result).state
+        return lifecycle.task_complete(
+            task_id=task.pk, attempt=task.attempt, result=result, rejected=rejected
+        ).state
     except lifecycle.LifecycleError:
         return _state_of(task.pk)
 

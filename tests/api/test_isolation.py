@@ -15,10 +15,18 @@ import pytest
 from django.urls import URLPattern, get_resolver
 
 from audit.models import AuditEvent
-from mcptasks import lifecycle
+from mcptasks import approval_policies, lifecycle
 from mcptasks.api_urls import urlpatterns
 from mcptasks.lifecycle import InputSpec
-from mcptasks.models import ApiToken, Effect, InputRequest, Task, TaskState
+from mcptasks.models import (
+    ApiToken,
+    ApprovalPolicyRule,
+    Effect,
+    InputRequest,
+    Task,
+    TaskState,
+    Tenant,
+)
 from tests.api.conftest import ok, problem
 
 pytestmark = pytest.mark.django_db
@@ -40,6 +48,7 @@ class World:
     unknown: dict[str, Task]
     export: dict[str, Any]
     bob_token: ApiToken
+    rule: ApprovalPolicyRule  # globex's approval policy rule
 
     def effect_id(self, tenant: str) -> int:
         return Effect.objects.get(task=self.unknown[tenant]).pk
@@ -59,7 +68,14 @@ def world(task_in: Any, api: Any, users: dict[str, Any], actors: dict[str, Any])
     export = ok(api("olga").post(f"{V1}/audit/exports", {"tenant": "globex"}), 201)
     bob_token = ApiToken.objects.filter(user=users["bob"]).first()
     assert bob_token is not None
-    return World(gate=gate, unknown=unknown, export=export, bob_token=bob_token)
+    rule = approval_policies.save_rule(
+        tenant=Tenant.objects.get(slug="globex"),
+        actor=actors["olga"],
+        created_by=None,
+        tool_name="deploy_service",
+        roles=["operator"],
+    )
+    return World(gate=gate, unknown=unknown, export=export, bob_token=bob_token, rule=rule)
 
 
 def snapshot(tenant_slug: str) -> dict[str, Any]:
@@ -81,6 +97,9 @@ def snapshot(tenant_slug: str) -> dict[str, Any]:
             content_object__tenant__slug=tenant_slug
         ).count(),
         "audit": AuditEvent.objects.filter(chain=f"tenant:{tenant_slug}").count(),
+        "rules": list(
+            ApprovalPolicyRule.objects.filter(tenant__slug=tenant_slug).order_by("pk").values()
+        ),
     }
 
 
@@ -133,6 +152,7 @@ OTHER_CASES: list[Case] = [
     ("api-audit-export-manifest", "get", lambda w, t: w.export["manifest_url"], None),
     ("api-tokens-issue", "post", lambda w, t: f"{V1}/tokens/issue", {"tenant": "globex"}),
     ("api-token-revoke", "post", lambda w, t: f"{V1}/tokens/{w.bob_token.pk}/revoke", {}),
+    ("api-approval-policy", "delete", lambda w, t: f"{V1}/approval-policies/{w.rule.pk}", None),
 ]
 # Lists are not objects: they show alice nothing of globex (or refuse her outright).
 LIST_CASES = [
@@ -148,6 +168,8 @@ LIST_CASES = [
 def call(client: Any, method: str, path: str, body: Any) -> Any:
     if method == "get":
         return client.client.get(path)
+    if method == "delete":
+        return client.client.delete(path)
     return client.post(path, body)
 
 

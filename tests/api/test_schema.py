@@ -141,9 +141,9 @@ def test_every_operation_is_described_with_its_problems(db: Any) -> None:
         for path, item in document["paths"].items()
         for method, op in item.items()
     ]
-    # issue 21 added approvals_list / _decide, approval_policies_list / _save and
+    # issue 21 added approvals_list / _decide, approval_policies_list / _save / _delete and
     # reviewer_groups_list / _save
-    assert len(operations) == 21
+    assert len(operations) == 22
     assert len({op["operationId"] for _, _, op in operations}) == len(operations)
     for path, method, op in operations:
         where = f"{method.upper()} {path}"
@@ -213,6 +213,12 @@ def fuzz_world(
     tasks += [task_in(S.NEEDS_RECONCILIATION, owner=owner) for owner in ("alice", "bob")]
     tasks += [task_in(state) for state in (S.RUNNING, S.AWAITING_INPUT, S.COMPLETED)]
     export = ok(api("olga").post("/api/v1/audit/exports", {"tenant": "acme"}), 201)
+    rule = ok(
+        api("amy").post(
+            "/api/v1/approval-policies", {"tool": "deploy_service", "roles": ["operator"]}
+        ),
+        201,
+    )
     world = {
         "task_id": [task.pk for task in tasks],
         "effect_id": [str(pk) for pk in Effect.objects.values_list("pk", flat=True)],
@@ -223,6 +229,7 @@ def fuzz_world(
             for pk in ApiToken.objects.exclude(name__endswith=" api").values_list("pk", flat=True)
         ],
         "export_id": [export["id"]],
+        "rule_id": [str(rule["id"])],
         "callers": [api_tokens[name] for name in ("olga", "alice", "carl", "amy")],
         "requests": Counter(),
         "twisted": Counter(),
