@@ -115,8 +115,27 @@ def _instrument(provider: Any, *, django: bool) -> None:
         instrumentors.append(DjangoInstrumentor())
     for instrumentor in instrumentors:
         if not instrumentor.is_instrumented_by_opentelemetry:
-            instrumentor.instrument(tracer_provider=provider)
+            options: dict[str, Any] = {"tracer_provider": provider}
+            if type(instrumentor).__name__ == "DjangoInstrumentor":
+                options["request_hook"] = _redact_query
+            instrumentor.instrument(**options)
             _instrumentors.append(instrumentor)
+
+
+def _redact_query(span: Any, request: Any) -> None:
+    """A dashboard request's span keeps its query string as the access log does: the values of
+    sensitive parameters (``?access_token=``) replaced (mcptasks.logging)."""
+    from mcptasks.logging import redact_request_target
+
+    query = request.META.get("QUERY_STRING") or ""
+    if not query or not span.is_recording():
+        return
+    clean = redact_request_target("?" + query)[1:]
+    if clean == query:
+        return
+    for key, value in dict(getattr(span, "attributes", None) or {}).items():
+        if isinstance(value, str) and query in value:
+            span.set_attribute(key, value.replace(query, clean))
 
 
 def shutdown() -> None:

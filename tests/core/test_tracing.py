@@ -216,3 +216,18 @@ def test_tracing_is_on_when_otlp_export_is_configured(environment, on):
         check=True,
     ).stdout.strip()
     assert out == str(on)
+
+
+def test_a_dashboard_request_span_keeps_no_secret_of_its_query_string(cast):
+    exporter = InMemorySpanExporter()
+    assert tracing.configure(exporter=exporter)  # Django instrumented: a new Client sees it
+    try:
+        client = Client()
+        client.force_login(cast["olga"]["user"])
+        client.get("/tasks/?q=deploy&access_token=sup3r-secret-value", secure=True)
+    finally:
+        tracing.shutdown()
+    finished = exporter.get_finished_spans()
+    assert finished, "the Django request made no span"
+    dumped = repr([dict(s.attributes or {}) for s in finished])
+    assert "q=deploy" in dumped and "sup3r-secret-value" not in dumped
