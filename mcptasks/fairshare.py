@@ -5,8 +5,9 @@ fields (Django admin) — are checked when a worker claims a task, with the tena
 principal's rows locked so that concurrent claims cannot overshoot. A claim refused for a cap
 changes nothing: the task stays ``queued`` (the row is the truth), the worker slot is free at
 once for the next message, and the task is delivered again when its tenant has room — by the
-worker whose run ended (:func:`dispatch_ready`) or by the redelivery sweep, which picks queued
-tasks round-robin across tenants (:func:`fair_queued_ids`) and skips those at their cap. So a
+worker whose run ended at the cap (:func:`dispatch_ready`) or by the redelivery sweep, which
+picks queued tasks round-robin across tenants (:func:`fair_queued_ids`) and skips those at
+their cap. So a
 flood from one tenant never holds every worker, and queued work never holds one either.
 """
 
