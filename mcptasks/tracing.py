@@ -52,6 +52,7 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 # polled; a span per poll would bury the task's trace).
 TRACED_METHODS = frozenset({"tools/call", "tasks/update", "tasks/cancel"})
 SCOPE = "mcptasks"
+PROBE_URLS = "healthz,readyz,metrics,static/"
 
 _tracer: trace.Tracer | None = None  # None: tracing is off in this process
 _provider: Any = None
@@ -118,6 +119,8 @@ def _instrument(provider: Any, *, django: bool) -> None:
             options: dict[str, Any] = {"tracer_provider": provider}
             if type(instrumentor).__name__ == "DjangoInstrumentor":
                 options["request_hook"] = _redact_query
+                if not os.environ.get("OTEL_PYTHON_DJANGO_EXCLUDED_URLS"):
+                    options["excluded_urls"] = PROBE_URLS  # probes and scrapes: no span each
             instrumentor.instrument(**options)
             _instrumentors.append(instrumentor)
 
@@ -342,7 +345,8 @@ def step(kind: str) -> Callable[[F], F]:
     def decorate(method: F) -> F:
         @functools.wraps(method)
         def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
-            if _tracer is None:
+            if _tracer is None or not trace.get_current_span().get_span_context().is_valid:
+                # Off, or a run that began before tracing was (no attempt span to hang it on).
                 return method(self, *args, **kwargs)
             key = _step_key(kind, args, kwargs)
             name = f"task.effect {key}" if kind == "effect" else f"task.step {kind} {key}".strip()

@@ -231,3 +231,26 @@ def test_a_dashboard_request_span_keeps_no_secret_of_its_query_string(cast):
     assert finished, "the Django request made no span"
     dumped = repr([dict(s.attributes or {}) for s in finished])
     assert "q=deploy" in dumped and "sup3r-secret-value" not in dumped
+
+
+def test_dashboard_requests_over_asgi_are_traced_and_probes_are_not(cast):
+    import asyncio
+
+    import httpx
+    from django.core.asgi import get_asgi_application
+
+    exporter = InMemorySpanExporter()
+    assert tracing.configure(exporter=exporter)
+    try:
+        app = get_asgi_application()  # built after instrumenting, as asgi.py does
+
+        async def get(path: str) -> int:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="https://127.0.0.1") as c:
+                return (await c.get(path)).status_code
+
+        assert asyncio.run(get("/login/")) == 200
+        asyncio.run(get("/healthz"))
+    finally:
+        tracing.shutdown()
+    assert [s.name for s in exporter.get_finished_spans()] == ["GET login/"]
