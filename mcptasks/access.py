@@ -441,6 +441,13 @@ def tenants_where(user: Any, action: Action) -> list[int] | None:
     )
 
 
+def operations_tenants(user: Any) -> list[int]:
+    """Tenants whose figures the operations page shows ``user``: where a role of theirs may
+    force-cancel every task (operators; not members, tenant admins or auditors). Empty: no
+    operations page, and no link to it."""
+    return tenants_where(user, Action.FORCE_CANCEL) or []
+
+
 def visible_tasks_for_listing(user: Any, tenant_id: int | None = None) -> QuerySet[Task]:
     """:func:`visible_tasks`, optionally within one tenant, written so that the planner can walk
     the ``(tenant, created)`` or ``(principal, created)`` index in order: a tenant the user sees

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from audit import holds
 from audit.record import Actor, record
-from mcptasks import events, failures, fairshare, metrics, search
+from mcptasks import events, failures, fairshare, metrics, search, tracing
 from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -353,6 +353,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
                 client_capabilities=spec.client_capabilities,
                 creation_key=spec.creation_key,
                 correlation_id=spec.correlation_id or failures.new_correlation_id(),
+                traceparent=tracing.new_task_traceparent(spec.tool_name),
             )
             task.tenant = tenant  # every other field is as inserted: no column has a DB default
             for answered in spec.answered_inputs:

@@ -27,7 +27,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.record import Actor
-from mcptasks import approval_policies, failures, lifecycle
+from mcptasks import approval_policies, failures, lifecycle, tracing
 from mcptasks.interrupt import async_raise
 from mcptasks.lifecycle import InputSpec, error_object
 from mcptasks.models import (
@@ -180,12 +180,14 @@ class TaskContext(ToolContext):
         replaying = len(self.sequence) < len(self.recorded_log)
         self.progress.report(str(message), replaying=replaying)
 
+    @tracing.step("now")
     def now(self) -> datetime:
         value = self._recorded(self._auto_key("now"), "now", lambda: timezone.now().isoformat())
         parsed = parse_datetime(value)
         assert parsed is not None
         return parsed
 
+    @tracing.step("uuid")
     def uuid(self) -> uuid_module.UUID:
         return uuid_module.UUID(
             self._recorded(self._auto_key("uuid"), "uuid", lambda: str(uuid_module.uuid4()))
@@ -201,6 +203,7 @@ class TaskContext(ToolContext):
         if capability not in self.capabilities:
             raise MissingCapability(capability)
 
+    @tracing.step("ask")
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         if not questions:
             raise ToolDefinitionError("ask_many needs at least one question")
@@ -285,6 +288,7 @@ class TaskContext(ToolContext):
             self._suspend_for([InputSpec(key=key, method=method, params=params)])
         return self._answer_of(key).raw
 
+    @tracing.step("sample")
     def sample(
         self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256, **params: Any
     ) -> dict[str, Any]:
@@ -293,10 +297,12 @@ class TaskContext(ToolContext):
             key, SAMPLE, {"messages": messages, "maxTokens": max_tokens, **params}
         )
 
+    @tracing.step("roots")
     def roots(self, key: str) -> list[dict[str, Any]]:
         self._require("roots")
         return list(self._single_request(key, ROOTS, {}).get("roots") or [])
 
+    @tracing.step("effect")
     def effect(self, step: str, fn: Callable[[EffectKey], T], *, idempotent: bool = False) -> T:
         self._step(step, "effect")
         idempotency_key = EffectKey(f"{self.task.pk}:{step}", fencing_token=self.attempt)
@@ -326,6 +332,7 @@ class TaskContext(ToolContext):
         )
         return stored  # type: ignore[no-any-return]
 
+    @tracing.step("sleep")
     def sleep(self, key: str, seconds: float) -> None:
         wake_at = parse_datetime(
             self._recorded(
@@ -343,6 +350,7 @@ class TaskContext(ToolContext):
         )
         raise Suspend()
 
+    @tracing.step("wait")
     def wait_until(
         self,
         key: str,
@@ -541,10 +549,18 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
 
     Returns None when the task could not be claimed (gone, running elsewhere, terminal).
     """
+    started_ns = tracing.now_ns()
     try:
         task = lifecycle.task_claim(task_id=task_id, worker=worker or worker_name())
     except lifecycle.LifecycleError:
         return None
+    with tracing.attempt_span(task, started_ns) as span:  # one span of the task's trace
+        state = _run_claimed(task)
+        tracing.note_outcome(span, task.pk, state)
+    return state
+
+
+def _run_claimed(task: Task) -> str | None:
     if task.lost_attempts >= settings.MCPTASKS_MAX_ATTEMPTS:
         return _fail(
             task,

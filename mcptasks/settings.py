@@ -446,6 +446,19 @@ LOGGING = {
     },
 }
 
+# ---------------------------------------------------------------- tracing
+# One OpenTelemetry trace per task (mcptasks/tracing.py, README "Tracing"): on when OTLP export
+# is configured by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT or _TRACES_ENDPOINT;
+# OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn it off). Off: no SDK, no spans.
+MCPTASKS_TRACING = env_bool(
+    "MCPTASKS_TRACING",
+    default=bool(
+        env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    and env_str("OTEL_SDK_DISABLED").lower() != "true"
+    and env_str("OTEL_TRACES_EXPORTER", "otlp").lower() != "none",
+)
+
 # ---------------------------------------------------------------- hardening
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
