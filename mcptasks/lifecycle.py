@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from audit import holds
 from audit.record import Actor, record
-from mcptasks import events, failures, fairshare, metrics, search
+from mcptasks import events, failures, fairshare, metrics, outbox, search
 from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -236,6 +236,7 @@ def _audit(
         data={"state": task.state, **(data or {})},
         sensitive_keys=sensitive_keys,
     )
+    outbox.task_event(task, action, data)  # the event's deliveries, in this transaction
 
 
 def _changed(task: Task) -> None:
