@@ -213,6 +213,7 @@ def nav_context(request: HttpRequest) -> dict[str, Any]:
         "nav_roles": roles,
         "nav_may_audit": audit is None or bool(audit),
         "nav_tokens_admin": tokens_admin is None or bool(tokens_admin),
+        "nav_destinations": bool(access.destination_tenants(user)),
         "nav_counts": scope_counts(request, tenant),
     }
 
