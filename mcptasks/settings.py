@@ -412,6 +412,10 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
         "axes": {"level": "WARNING"},  # its per-login INFO lines repeat what the audit records
+        # httpx logs every request's URL at INFO; a destination's URL may carry a secret (a
+        # Slack webhook's path is one), and the delivery log records every send anyway.
+        "httpx": {"level": "WARNING"},
+        "httpcore": {"level": "WARNING"},
     },
 }
 
