@@ -268,13 +268,10 @@ def redeliver(*, delivery: Delivery, user: Any, actor: Actor) -> Delivery:
                 "event_type": delivery.event_type,
             },
         )
-        job = "stream_audit" if delivery.ordering_key == "audit" else "deliver_outbox"
-        kwargs = (
-            {"destination_id": destination.pk}
-            if job == "stream_audit"
-            else {"delivery_id": delivery.pk}
-        )
-        events.enqueue_on_commit(job, **kwargs)
+        if delivery.ordering_key == "audit":
+            events.enqueue_on_commit("stream_audit", destination_id=destination.pk)
+        else:
+            events.enqueue_on_commit("deliver_outbox", delivery_id=delivery.pk)
     delivery.refresh_from_db()
     return delivery
 

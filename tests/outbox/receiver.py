@@ -25,6 +25,7 @@ class Receiver:
     status: int = 204
     delay_s: float = 0.0  # how long each request is held before the answer
     requests: list[Received] = field(default_factory=list)
+    arrived: int = 0  # requests that reached the handler (answered or not)
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -39,6 +40,8 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length)
+                with owner._lock:
+                    owner.arrived += 1
                 if owner.delay_s:
                     time.sleep(owner.delay_s)
                 with owner._lock:
