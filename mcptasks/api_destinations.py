@@ -87,6 +87,12 @@ class DestinationChangeSerializer(serializers.Serializer):
     enabled = serializers.BooleanField(required=False)
 
 
+class RedeliverInputSerializer(serializers.Serializer):
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=2000, default="", help_text="audited"
+    )
+
+
 class DestinationSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     tenant = serializers.CharField(source="tenant.slug")
@@ -287,18 +293,19 @@ class RedeliverView(ApiView):
         description="Sends a dead-lettered delivery again, with the same event id (receivers "
         "de-duplicate on it); 409 unless it is dead. Admins and operators of the tenant; "
         "audited as destination.redelivered.",
-        request=None,
-        responses={200: DeliverySerializer, **problems(403, 404, 409)},
+        request=RedeliverInputSerializer,
+        responses={200: DeliverySerializer, **problems(400, 403, 404, 409, 422)},
     )
     def post(self, request: Request, destination_id: int, delivery_id: int) -> Response:
         destination = _destination(request, destination_id)
         row = Delivery.objects.filter(destination=destination, pk=delivery_id).first()
         if row is None:
             raise NotFound("Delivery not found.")
+        data = parse(RedeliverInputSerializer, request)
         row.destination = destination
         try:
             row = outbox_delivery.redeliver(
-                delivery=row, user=request.user, actor=actor_of(request)
+                delivery=row, user=request.user, actor=actor_of(request), reason=data["reason"]
             )
         except outbox_delivery.NotDead:
             raise Conflict("Only a dead-lettered delivery may be redelivered.") from None

@@ -237,7 +237,7 @@ class NotDead(Exception):
     """Only a dead-lettered delivery may be redelivered."""
 
 
-def redeliver(*, delivery: Delivery, user: Any, actor: Actor) -> Delivery:
+def redeliver(*, delivery: Delivery, user: Any, actor: Actor, reason: str = "") -> Delivery:
     """Send a dead-lettered delivery again (its ordering key waits for it); audited as
     ``destination.redelivered``. The caller authorized it (access.may_manage_destinations)."""
     with transaction.atomic():
@@ -266,6 +266,7 @@ def redeliver(*, delivery: Delivery, user: Any, actor: Actor) -> Delivery:
                 "delivery_id": delivery.pk,
                 "event_id": delivery.event_id,
                 "event_type": delivery.event_type,
+                "reason": reason,
             },
         )
         if delivery.ordering_key == "audit":

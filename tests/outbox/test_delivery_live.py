@@ -113,9 +113,7 @@ def by_task(receiver: Receiver, secret: str) -> dict[str, list[dict[str, Any]]]:
 EXPECTED = ["task.created", "task.status_changed", "task.completed"]
 
 
-def test_a_receiver_down_for_60_s_gets_every_event_once_in_order_when_back(
-    cluster, cast, secret
-):
+def test_a_receiver_down_for_60_s_gets_every_event_once_in_order_when_back(cluster, cast, secret):
     receiver = Receiver()  # not started: down from the first event on
     hook(cast, receiver.url, secret)
     cluster.start_workers("w1", "w2")
