@@ -334,6 +334,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # A delivery's state (issue 24) is another choice set named "state" than a task's: each
+    # keeps a name of its own (the task's the one it had).
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "mcptasks.models.TaskState",
+        "DeliveryStateEnum": "mcptasks.outbox.models.DeliveryState",
+    },
 }
 
 # ---------------------------------------------------------------- mcptasks

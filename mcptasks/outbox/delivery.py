@@ -73,8 +73,13 @@ def claim(delivery_id: int, worker: str) -> Delivery | None:
     due = Q(state=D.PENDING, next_attempt_at__lte=timezone.now()) | Q(
         state=D.DELIVERING, lease_expires_at__lt=Now()
     )
+    enabled = Destination.objects.filter(pk=OuterRef("destination_id"), enabled=True)
+    # Only correlated subqueries, no join: Django then writes one plain UPDATE … WHERE, whose
+    # conditions PostgreSQL re-checks on the row it waited for, so two workers never both
+    # claim it (a join would become "pk IN (subquery)", evaluated once, before the wait).
     claimed = (
-        Delivery.objects.filter(pk=delivery_id, destination__enabled=True)
+        Delivery.objects.filter(pk=delivery_id)
+        .filter(Exists(enabled))
         .filter(due)
         .filter(~Exists(earlier_open))
         .update(
