@@ -227,6 +227,9 @@ def _audit(
     data: dict[str, Any] | None = None,
     sensitive_keys: frozenset[str] = frozenset(),
 ) -> None:
+    # The event's outbox rows, in this transaction; before record(), which locks the chain
+    # head until commit.
+    outbox.task_event(task, action, data)
     record(
         action=action,
         actor=actor,
@@ -236,7 +239,6 @@ def _audit(
         data={"state": task.state, **(data or {})},
         sensitive_keys=sensitive_keys,
     )
-    outbox.task_event(task, action, data)  # the event's deliveries, in this transaction
 
 
 def _changed(task: Task) -> None:
