@@ -3,7 +3,7 @@ PY := .venv/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt bootstrap migrate conformance bench clean
+.PHONY: run test lint fmt bootstrap migrate conformance bench clean phone-screenshots
 
 bootstrap:
 	@scripts/bootstrap
@@ -39,3 +39,10 @@ conformance: bootstrap
 bench: bootstrap
 	@command -v hey >/dev/null || (apt-get update -qq && apt-get install -y -qq hey)
 	$(PY) bench/run_all.py
+
+# Phone screenshots (390×844) of the task list, the audit list and a task page of CHECKOUT
+# (default: this one; bootstrapped) into OUT (default screenshots/phone/).
+CHECKOUT ?= .
+OUT ?= screenshots/phone
+phone-screenshots: bootstrap
+	$(PY) scripts/phone_screenshots --checkout $(CHECKOUT) --out $(OUT)

@@ -1,9 +1,9 @@
 """The one redactor every audit payload (and log event) passes through (DESIGN §7).
 
 :func:`redact` returns a redacted copy of a JSON-like value, :func:`redact_text` redacts one
-string, :func:`redact_mapping` redacts a log event (no size cap; :func:`structlog_processor`
-wraps it), :func:`is_sensitive_key` says whether a key name is treated as secret. Redaction
-replaces, never removes: a secret becomes ``[REDACTED]`` so a reader can see something was there.
+string, :func:`redact_mapping` redacts a log event (no size cap), :func:`is_sensitive_key` says
+whether a key name is treated as secret. Redaction replaces, never removes: a secret becomes
+``[REDACTED]`` so a reader can see something was there.
 
 **Sensitive key names.** A key is split into lower-case word parts on ``_``, ``-``, ``.``, spaces,
 digits and camelCase humps (``dbPassword`` → db, password; ``X-Api-Key`` → x, api, key;
@@ -859,8 +859,3 @@ def redact_mapping(
     """Return a redacted copy of a log event or other mapping, with no size cap."""
     walker = _Walker(_declared(sensitive_keys), math.inf)
     return walker.mapping(mapping, 1)
-
-
-def structlog_processor(logger: Any, method_name: str, event_dict: Any) -> Any:
-    """A structlog processor; put it after ``format_exc_info`` so tracebacks are scanned too."""
-    return redact_mapping(event_dict)

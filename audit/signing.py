@@ -64,7 +64,7 @@ def trusted_public_keys() -> dict[str, str]:
     and those listed in ``MCPTASKS_AUDIT_TRUSTED_PUBLIC_KEYS`` (retired keys)."""
     key = current_key()
     trusted = {key.key_id: key.public_key_b64}
-    for public_key_b64 in getattr(settings, "MCPTASKS_AUDIT_TRUSTED_PUBLIC_KEYS", []):
+    for public_key_b64 in settings.MCPTASKS_AUDIT_TRUSTED_PUBLIC_KEYS:
         trusted[key_id_of(base64.b64decode(public_key_b64))] = public_key_b64
     return trusted
 

@@ -72,15 +72,39 @@ def cache_headers(response: HttpResponseBase) -> HttpResponseBase:
     return response
 
 
-def viewer_time_zone(request: HttpRequest) -> ZoneInfo | None:
-    """The time zone the viewer's browser reported, if it is a real one."""
-    name = request.COOKIES.get(TIME_ZONE_COOKIE, "")
+def _zone(name: str) -> ZoneInfo | None:
     if not name or len(name) > 64 or name.startswith(("/", ".")) or ".." in name:
         return None
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
         return None
+
+
+def browser_time_zone(request: HttpRequest) -> ZoneInfo | None:
+    """The time zone the viewer's browser reported, if it is a real one."""
+    return _zone(request.COOKIES.get(TIME_ZONE_COOKIE, ""))
+
+
+def profile_time_zone(request: HttpRequest) -> ZoneInfo | None:
+    """The time zone the user chose on their preferences page (one query, once per request),
+    or None when they follow their browser's."""
+    if not hasattr(request, "_dashboard_profile_tz"):
+        from dashboard.models import Preference
+
+        user = getattr(request, "user", None)
+        name = (
+            Preference.objects.filter(user_id=user.pk).values_list("time_zone", flat=True).first()
+            if user is not None and user.is_authenticated
+            else None
+        )
+        request._dashboard_profile_tz = _zone(name or "")  # type: ignore[attr-defined]
+    return request._dashboard_profile_tz  # type: ignore[attr-defined,no-any-return]
+
+
+def viewer_time_zone(request: HttpRequest) -> ZoneInfo | None:
+    """The zone pages write times in: the user's profile setting, else their browser's."""
+    return profile_time_zone(request) or browser_time_zone(request)
 
 
 def page(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
@@ -215,6 +239,8 @@ def nav_context(request: HttpRequest) -> dict[str, Any]:
         "nav_tokens_admin": tokens_admin is None or bool(tokens_admin),
         "nav_destinations": bool(access.destination_tenants(user)),
         "nav_counts": scope_counts(request, tenant),
+        # The user chose a zone: the page's script must not rewrite times in the browser's.
+        "nav_tz_profile": profile_time_zone(request) is not None,
     }
 
 

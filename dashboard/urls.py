@@ -6,7 +6,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path, register_converter
 from django.urls.converters import StringConverter
 
-from dashboard import audit_views, bulk, destinations, operations_views, views
+from dashboard import audit_views, bulk, destinations, operations_views, preferences, views
 from dashboard.pages import with_csp
 
 
@@ -66,6 +66,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
         destinations.delivery_redeliver,
         name="delivery_redeliver",
     ),
+    path("preferences/", preferences.preferences_page, name="preferences"),
     path("tokens/", audit_views.token_list, name="tokens"),
     path("tokens/<int:token_id>/revoke", audit_views.token_revoke, name="token_revoke"),
 ]

@@ -166,7 +166,7 @@ class RedisBuckets:
 
 @lru_cache(maxsize=1)
 def buckets() -> MemoryBuckets | RedisBuckets:
-    url = getattr(settings, "MCPTASKS_LIMITS_REDIS_URL", "")
+    url = settings.MCPTASKS_LIMITS_REDIS_URL
     return RedisBuckets(url) if url else MemoryBuckets()
 
 

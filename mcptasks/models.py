@@ -269,6 +269,14 @@ class Task(models.Model):
             models.Index(fields=["state", "lease_expires_at"], name="task_state_lease"),
             models.Index(fields=["state", "expires_at"], name="task_state_expires"),
             models.Index(fields=["backend_job_id"], name="task_backend_job"),
+            # The dashboard's state and tool filters, in created order: their pages and their
+            # (capped) counts read the matching rows only, at any table size (B4).
+            models.Index(
+                fields=["tenant", "state", "-created_at"], name="task_tenant_state_created"
+            ),
+            models.Index(
+                fields=["tenant", "tool_name", "-created_at"], name="task_tenant_tool_created"
+            ),
             # The active-task limits count only these rows at every creation.
             models.Index(
                 fields=["principal"],

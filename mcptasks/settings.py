@@ -105,6 +105,8 @@ REQUEST_STATE_KEY = secret("MCPTASKS_REQUEST_STATE_KEY", "request_state_key")
 AUDIT_SIGNING_KEY = secret("MCPTASKS_AUDIT_SIGNING_KEY", "audit_signing_key")
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "::1"])
+# Browser origins accepted on /mcp besides loopback ones (PROTOCOL T2).
+MCPTASKS_ALLOWED_ORIGINS = env_list("MCPTASKS_ALLOWED_ORIGINS", [])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # ---------------------------------------------------------------- apps
@@ -247,6 +249,8 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # Jobs run on the worker thread that `manage.py serve` starts (mcptasks.embedded).
     MCPTASKS_EMBEDDED_WORKER = True
+    # Rate limits and quotas count in process memory (mcptasks.limits).
+    MCPTASKS_LIMITS_REDIS_URL = ""
 
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
@@ -354,6 +358,8 @@ MCPTASKS_DEFAULT_TTL_MS = env_int("MCPTASKS_DEFAULT_TTL_MS", 3_600_000)
 MCPTASKS_DEFAULT_POLL_INTERVAL_MS = env_int("MCPTASKS_DEFAULT_POLL_INTERVAL_MS", 1000)
 MCPTASKS_TERMINAL_GRACE_S = env_int("MCPTASKS_TERMINAL_GRACE_S", 3600)
 MCPTASKS_LEASE_S = env_int("MCPTASKS_LEASE_S", 30)
+# A requested cancel not taken effect after this long is listed as stuck for operators.
+MCPTASKS_STUCK_CANCEL_S = env_int("MCPTASKS_STUCK_CANCEL_S", 60)
 MCPTASKS_MAX_ATTEMPTS = env_int("MCPTASKS_MAX_ATTEMPTS", 5)
 # How long a task tool that asks before its task exists may run in the web request.
 MCPTASKS_PRE_TASK_LIMIT_S = float(env_str("MCPTASKS_PRE_TASK_LIMIT_S", "2"))
@@ -403,6 +409,27 @@ MCPTASKS_STREAM_IDLE_TIMEOUT_S = float(env_str("MCPTASKS_STREAM_IDLE_TIMEOUT_S",
 MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL = env_int(
     "MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL", 100
 )
+
+# ---------------------------------------------------------------- destinations: e-mail, files
+# Django's mail backend sends the e-mail destinations' messages: the console on the embedded
+# default, SMTP (EMAIL_HOST, EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS)
+# in production. JSONL file destinations write under MCPTASKS_SINKS_DIR (docs/destinations.md).
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if PRODUCTION
+    else "django.core.mail.backends.console.EmailBackend",
+)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "mcptasks@localhost")
+MCPTASKS_SINKS_DIR = Path(env_str("MCPTASKS_SINKS_DIR") or VAR_DIR / "sinks")
+# The CA bundles syslog and Splunk HEC destinations may name (their ca_bundle is relative to it).
+MCPTASKS_SINKS_CA_DIR = Path(env_str("MCPTASKS_SINKS_CA_DIR") or VAR_DIR / "sinks-ca")
 
 # ---------------------------------------------------------------- logging
 # structlog renders every stdlib log record: JSON in production, readable in development,

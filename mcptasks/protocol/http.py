@@ -77,7 +77,7 @@ def _allowed_host(host: str) -> bool:
 def _allowed_origin(origin: str) -> bool:
     if LOCAL_ORIGIN.match(origin):
         return True
-    return origin in getattr(settings, "MCPTASKS_ALLOWED_ORIGINS", [])
+    return origin in settings.MCPTASKS_ALLOWED_ORIGINS
 
 
 def refuse_earlier_era(message: jsonrpc.Message, headers: dict[str, str]) -> None:

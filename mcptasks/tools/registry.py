@@ -19,7 +19,6 @@ from mcptasks.canonical import digest
 Policy = Literal["sync", "task", "auto"]
 POLICIES = ("sync", "task", "auto")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 # Served by the server itself while a tool opts in to the task fallback (protocol/task_tools.py).
 FALLBACK_TOOL_NAMES = ("task_cancel", "task_status")
 

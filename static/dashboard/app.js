@@ -286,6 +286,8 @@
   }
 
   function localizeTimes(root) {
+    // A zone chosen on the preferences page wins over the browser's: the server wrote it.
+    if (body.hasAttribute("data-tz-profile")) { return; }
     if (!browserZone || browserZone === body.dataset.tz) { return; }
     (root || document).querySelectorAll("time[datetime] .abs").forEach(function (element) {
       var time = element.parentNode;

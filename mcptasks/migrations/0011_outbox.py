@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('mcptasks', '0009_approval_gates'),
+        ('mcptasks', '0010_task_list_filter_indexes'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,59 @@
+"""The tasks list across tenants and its total: a user who sees one tenant whole and is a plain
+member of another lists the first whole and only their own tasks of the second; the total is
+counted up to ``COUNT_CAP`` and said to be more beyond it."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from mcptasks.models import Membership, Role
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_whole_tenant_and_only_ones_own_tasks_of_a_tenant_where_one_is_a_member(
+    cast, client_for, make_task
+):
+    amy = cast["amy"]["user"]  # acme's admin (sees acme whole), made a plain member of globex
+    Membership.objects.create(user=amy, tenant=cast["bob"]["tenant"], role=Role.MEMBER)
+    acme_tasks = {make_task("alice").pk, make_task("adam").pk}
+    bobs = make_task("bob").pk
+    globex = cast["bob"]["tenant"]
+    from audit.record import Actor
+    from mcptasks import lifecycle, models
+
+    own, _ = lifecycle.task_create(
+        spec=lifecycle.NewTask(
+            tenant_id=globex.pk,
+            principal_id=amy.pk,
+            tool_name="echo_task",
+            arguments={},
+            policy_revision="test",
+        ),
+        actor=Actor.for_user(amy),
+    )
+    response = client_for("amy").get(reverse("dashboard:tasks"), {"tenant": ""})
+    shown = {task.pk for task in response.context["page"].rows}
+    assert shown == acme_tasks | {own.pk}
+    assert bobs not in shown
+    assert response.context["page"].total == 3
+    assert models.Task.objects.count() == 4
+
+
+def test_the_total_is_counted_up_to_the_cap_and_said_to_be_more_beyond_it(
+    cast, client_for, make_task, monkeypatch
+):
+    from mcptasks import queries
+
+    monkeypatch.setattr(queries, "COUNT_CAP", 3)
+    for _ in range(3):
+        make_task("alice")
+    olga = client_for("olga")
+    exact = olga.get(reverse("dashboard:tasks"))
+    assert exact.context["page"].total == 3 and not exact.context["page"].total_capped
+    assert "3 tasks match" in exact.content.decode()
+    make_task("alice")
+    capped = olga.get(reverse("dashboard:tasks"))
+    assert capped.context["page"].total_capped
+    assert "More than 3 tasks match" in capped.content.decode()
