@@ -349,6 +349,33 @@ def may_manage_approvals(user: Any, tenant_id: int) -> Decision:
     return Decision(False, "only the tenant's admins manage reviewer groups and approval policies")
 
 
+def may_manage_destinations(user: Any, tenant_id: int) -> Decision:
+    """A tenant's event destinations (webhooks, SIEM streams) are created, changed and deleted
+    by its admins."""
+    if not _authenticated(user):
+        return Decision(False, "not authenticated")
+    if Role.ADMIN in _tenant_roles(user, tenant_id):
+        return ALLOW
+    return Decision(False, "only the tenant's admins manage its event destinations")
+
+
+def may_see_deliveries(user: Any, tenant_id: int) -> Decision:
+    """Destinations and their delivery logs are read by the tenant's admins and operators, who
+    may also redeliver a dead-lettered delivery (never its secret: nobody reads that)."""
+    if not _authenticated(user):
+        return Decision(False, "not authenticated")
+    if _tenant_roles(user, tenant_id) & {Role.ADMIN, Role.OPERATOR}:
+        return ALLOW
+    return Decision(False, "only the tenant's admins and operators see its event destinations")
+
+
+def destination_tenants(user: Any) -> list[int]:
+    """Tenants whose destinations ``user`` may see (:func:`may_see_deliveries`)."""
+    if not _authenticated(user):
+        return []
+    return sorted(t for t, roles in _roles(user).items() if roles & {Role.ADMIN, Role.OPERATOR})
+
+
 def requesters(task: Task) -> set[int]:
     """The people behind ``task``: its principal, and whoever issued the token that created
     it — a token issued for someone else does not make its issuer a bystander (no

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from audit import holds
 from audit.record import Actor, record
-from mcptasks import events, failures, fairshare, metrics, search, tracing
+from mcptasks import events, failures, fairshare, metrics, outbox, search, tracing
 from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -227,6 +227,9 @@ def _audit(
     data: dict[str, Any] | None = None,
     sensitive_keys: frozenset[str] = frozenset(),
 ) -> None:
+    # The event's outbox rows, in this transaction; before record(), which locks the chain
+    # head until commit.
+    outbox.task_event(task, action, data)
     record(
         action=action,
         actor=actor,

@@ -541,3 +541,7 @@ class ApprovalPolicyRule(models.Model):
                 fields=["tenant", "tool_name", "key", "active"], name="approval_rule_lookup"
             )
         ]
+
+
+# The outbox (issue 24): destinations of a tenant's events and deliveries to them.
+from mcptasks.outbox.models import Delivery, DeliveryState, Destination  # noqa: E402, F401

@@ -8,7 +8,7 @@ both tenants; amy administers acme tokens only (tests/api/test_tokens_api.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -49,6 +49,9 @@ class World:
     export: dict[str, Any]
     bob_token: ApiToken
     rule: ApprovalPolicyRule  # globex's approval policy rule
+    # Per tenant: an event destination and a dead-lettered delivery of it (issue 24).
+    destination: dict[str, Any] = field(default_factory=dict)
+    dead: dict[str, Any] = field(default_factory=dict)
 
     def effect_id(self, tenant: str) -> int:
         return Effect.objects.get(task=self.unknown[tenant]).pk
@@ -75,7 +78,46 @@ def world(task_in: Any, api: Any, users: dict[str, Any], actors: dict[str, Any])
         tool_name="deploy_service",
         roles=["operator"],
     )
-    return World(gate=gate, unknown=unknown, export=export, bob_token=bob_token, rule=rule)
+    destination, dead = destinations_with_dead_letters(users)
+    return World(
+        gate=gate,
+        unknown=unknown,
+        export=export,
+        bob_token=bob_token,
+        destination=destination,
+        dead=dead,
+        rule=rule,
+    )
+
+
+def destinations_with_dead_letters(users: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    from audit.record import Actor
+    from mcptasks.models import Delivery, DeliveryState, Tenant
+    from mcptasks.outbox import destinations
+    from mcptasks.sinks.webhook import new_secret
+
+    made, dead = {}, {}
+    for slug in ("acme", "globex"):
+        tenant = Tenant.objects.get(slug=slug)
+        made[slug] = destinations.create(
+            tenant=tenant,
+            actor=Actor.for_user(users["olga"]),
+            created_by=users["olga"],
+            name=f"{slug} hooks",
+            kind="webhook",
+            config={"url": "http://127.0.0.1:9/hook"},
+            secret=new_secret(),
+            events=["task.completed"],
+        )
+        dead[slug] = Delivery.objects.create(
+            destination=made[slug],
+            tenant=tenant,
+            event_id=f"evt_{slug}",
+            event_type="task.completed",
+            ordering_key="task:x",
+            state=DeliveryState.DEAD,
+        )
+    return made, dead
 
 
 def snapshot(tenant_slug: str) -> dict[str, Any]:
@@ -153,6 +195,19 @@ OTHER_CASES: list[Case] = [
     ("api-tokens-issue", "post", lambda w, t: f"{V1}/tokens/issue", {"tenant": "globex"}),
     ("api-token-revoke", "post", lambda w, t: f"{V1}/tokens/{w.bob_token.pk}/revoke", {}),
     ("api-approval-policy", "delete", lambda w, t: f"{V1}/approval-policies/{w.rule.pk}", None),
+    ("api-destination", "get", lambda w, t: f"{V1}/destinations/{w.destination[t].pk}", None),
+    (
+        "api-destination-deliveries",
+        "get",
+        lambda w, t: f"{V1}/destinations/{w.destination[t].pk}/deliveries",
+        None,
+    ),
+    (
+        "api-destination-redeliver",
+        "post",
+        lambda w, t: f"{V1}/destinations/{w.destination[t].pk}/deliveries/{w.dead[t].pk}/redeliver",
+        {},
+    ),
 ]
 # Lists are not objects: they show alice nothing of globex (or refuse her outright).
 LIST_CASES = [
@@ -162,6 +217,7 @@ LIST_CASES = [
     "api-approvals",
     "api-approval-policies",
     "api-reviewer-groups",
+    "api-destinations",
 ]
 
 
