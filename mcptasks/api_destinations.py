@@ -20,7 +20,16 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from mcptasks import access, sinks
-from mcptasks.api import ApiView, Conflict, _sentence, actor_of, caller_tenant, parse, problems
+from mcptasks.api import (
+    ApiView,
+    Conflict,
+    Unprocessable,
+    _sentence,
+    actor_of,
+    caller_tenant,
+    parse,
+    problems,
+)
 from mcptasks.models import Delivery, DeliveryState, Destination
 from mcptasks.outbox import delivery as outbox_delivery
 from mcptasks.outbox import destinations as service
@@ -280,7 +289,7 @@ class DeliveryListView(ApiView):
         state = request.query_params.get("state")
         if state:
             if state not in DeliveryState.values:
-                raise BadConfig({"state": [f"Not a delivery state: {state[:40]!r}."]})
+                raise Unprocessable({"state": [f"Not a delivery state: {state[:40]!r}."]})
             rows = rows.filter(state=state)
         return Response(DeliverySerializer(rows.order_by("-id")[:LOG_LIMIT], many=True).data)
 
