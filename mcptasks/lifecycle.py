@@ -229,7 +229,7 @@ def _audit(
 ) -> None:
     # The event's outbox rows, in this transaction; before record(), which locks the chain
     # head until commit.
-    outbox.task_event(task, action, data)
+    outbox.task_event(task, action, data, by=actor.display)
     record(
         action=action,
         actor=actor,

@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 
-def task_event(task: Any, action: str, data: dict[str, Any] | None = None) -> None:
-    """lifecycle's hook: the audited ``action`` on ``task`` happened in this transaction."""
+def task_event(task: Any, action: str, data: dict[str, Any] | None = None, *, by: str = "") -> None:
+    """lifecycle's hook: the audited ``action`` on ``task`` happened in this transaction;
+    ``by`` names who did it (the audit actor's display name)."""
     from mcptasks.outbox import writer
 
-    writer.task_event(task, action, data)
+    writer.task_event(task, action, data, by=by)

@@ -81,7 +81,7 @@ def new_event_id() -> str:
     return f"evt_{uuid.uuid4().hex}"
 
 
-def task_event(task: Any, action: str, data: dict[str, Any] | None = None) -> None:
+def task_event(task: Any, action: str, data: dict[str, Any] | None = None, *, by: str = "") -> None:
     """Announce the task event that the audited ``action`` of lifecycle stands for, to the
     tenant's subscribed destinations (nothing, at the cost of a dictionary lookup, when the
     tenant has none). Called inside the writing transaction."""
@@ -98,7 +98,9 @@ def task_event(task: Any, action: str, data: dict[str, Any] | None = None) -> No
         _write(
             task,
             event_type,
-            extra=_approval_decided(data) if event_type.startswith("approval") else None,
+            extra=_approval_decided(action, data, by)
+            if event_type.startswith("approval")
+            else None,
         )
     if event_type == "task.input_requested" and subs.wants("approval.requested"):
         keys = [r.get("key") for r in data.get("requests") or [] if isinstance(r, dict)]
@@ -193,10 +195,12 @@ def _write(
     return created
 
 
-def _approval_decided(data: dict[str, Any]) -> dict[str, Any]:
+def _approval_decided(action: str, data: dict[str, Any], by: str) -> dict[str, Any]:
     return {
         "approval": {
             "key": data.get("key", ""),
+            "decision": "approved" if action == "approval.approved" else "rejected",
+            "reviewer": by,
             "via": data.get("via", ""),
             "comment": data.get("comment", ""),
             "approvals": data.get("approvals"),

@@ -122,6 +122,8 @@ def test_an_opened_approval_gate_notifies_its_eligible_reviewers_with_a_link(
     decided = received(receiver, secret)[-1]
     assert decided["type"] == "approval.decided"
     assert decided["data"]["approval"]["comment"] == "CAB said no"
+    assert decided["data"]["approval"]["decision"] == "rejected"
+    assert decided["data"]["approval"]["reviewer"] == "olga"
     assert {d.task_id for d in Delivery.objects.all()} == {task_id}
 
 
