@@ -94,6 +94,10 @@ MAPPING: dict[str, Mapping] = {
     "approval.group_changed": Mapping(ACCOUNT_CHANGE, OTHER, "Reviewer Group Changed"),
     "task.retried": UPDATE,
     "task.retry_of": CREATE,
+    "destination.created": CREATE,
+    "destination.changed": UPDATE,
+    "destination.deleted": DELETE,
+    "destination.redelivered": UPDATE,
 }
 DEFAULT = _api(OTHER)
 

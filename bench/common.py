@@ -67,7 +67,8 @@ def bench_env(database_url: str, redis_db: int = 3, **extra: str) -> dict[str, s
     return {
         **os.environ,
         "DATABASE_URL": database_url,
-        "REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}",
+        # BENCH_REDIS: another Redis server (host:port) so that parallel runs never share queues.
+        "REDIS_URL": f"redis://{os.environ.get('BENCH_REDIS', '127.0.0.1:6379')}/{redis_db}",
         "SECRET_KEY": "bench-secret",
         "MCPTASKS_REQUEST_STATE_KEY": "bench",
         "MCPTASKS_AUDIT_SIGNING_KEY": "bench",

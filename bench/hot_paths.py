@@ -270,6 +270,7 @@ def run_http(
             if answer(ours_url + "/mcp", call_body, call_headers).get("resultType") != "task":
                 raise SystemExit("bench: tools/call echo_task did not create a task")
             tasks_before = Task.objects.count()
+            cpu_before = _process_cpu_s(ours.pid)
             b2, b2_floor = interleaved(
                 runs,
                 lambda: hey(
@@ -284,10 +285,22 @@ def run_http(
                 # every 200 answer must be a committed task (hey counts only status codes)
                 "tasks_created": Task.objects.count() - tasks_before,
             }
+            # The server's CPU per created task: far less disturbed by a busy machine than rps.
+            results["B2"]["server_cpu_ms_per_task"] = (
+                1000
+                * (_process_cpu_s(ours.pid) - cpu_before)
+                / max(results["B2"]["tasks_created"], 1)
+            )
     finally:
         for process in (ours, floor):
             process.terminate()
             process.wait(timeout=15)
+
+
+def _process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:

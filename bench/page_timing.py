@@ -395,6 +395,7 @@ def pages(seeded: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("olga", "tasks list, outcome=failed", "/tasks/?outcome=failed"),
         ("olga", "task detail", f"/tasks/{newest}/"),
         ("olga", "task detail (approval)", f"/tasks/{seeded['approval_task']}/"),
+        ("olga", "operations", "/operations"),
         ("olga", "audit list (acme)", "/audit/"),
         ("olga", "audit list, all chains (1M)", "/audit/?tenant=*"),
         ("olga", "audit list, action filter", "/audit/?tenant=acme&action=task.completed"),

@@ -1,7 +1,8 @@
 """`make bench`: every benchmark, one printed table; JSON results in bench/results/.
 
 B1 tasks/get and B2 tools/call (bench/hot_paths.py), B3 live streams (bench/streams.py), B4 scale
-(tasks/get with 1,000 vs 100,000 tasks; dashboard page timings, bench/page_timing.py), B5 audit
+(tasks/get with 1,000 vs 100,000 tasks; dashboard page timings, bench/page_timing.py; the
+operations page and /metrics, bench/operations_timing.py), B5 audit
 export (bench/audit_export.py), B6 end to end (bench/hot_paths.py). Figures are ratios to floors
 measured in the same run.
 """
@@ -46,6 +47,8 @@ def main() -> None:
         ]
     )
     ok["pages_large"] = run(["bench/page_timing.py"])
+    # B4 operations page: the same work shown with 1,000 and with 100,000 tasks in the table.
+    ok["operations"] = run(["bench/operations_timing.py"])
     print("\n== mcptasks benchmarks")
     print(
         f"python {platform.python_version()}, uvicorn {metadata.version('uvicorn')}, "
@@ -114,6 +117,15 @@ def main() -> None:
                 f"B4 page {page['page']:38} {page['median_ms']:6.1f} ms at 100,000 tasks vs "
                 f"{base['median_ms']:6.1f} ms at 1,000 → {page['median_ms'] / base['median_ms']:.2f}× "
                 "(target ≤ 1.2×)"
+            )
+    operations_file = RESULTS / "operations_timing.json"
+    if operations_file.exists():
+        ops = json.loads(operations_file.read_text())
+        for page, ratio in ops["ratio"].items():
+            print(
+                f"B4 /{page:12} {ops['large'][page]['median_ms']:6.1f} ms at "
+                f"{ops['large']['tasks']:,} tasks vs {ops['small'][page]['median_ms']:6.1f} ms at "
+                f"{ops['small']['tasks']:,} → {ratio:.2f}× (target ≤ 1.2×)"
             )
     print(
         f"total {time.monotonic() - started:.0f} s; failed: "

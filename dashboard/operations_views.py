@@ -10,9 +10,8 @@ from mcptasks import access, operations
 
 @page
 def operations_page(request: HttpRequest) -> HttpResponse:
-    # Operators: the role that may force-cancel every task of a tenant (as in actor_for).
-    tenant_ids = access.tenants_where(request.user, access.Action.FORCE_CANCEL)
-    if tenant_ids == []:
+    tenant_ids = access.operations_tenants(request.user)
+    if not tenant_ids:
         return denied(request, "the operations page is for operators")
     return render_page(
         request,

@@ -237,6 +237,10 @@ def nav_context(request: HttpRequest) -> dict[str, Any]:
         "nav_roles": roles,
         "nav_may_audit": audit is None or bool(audit),
         "nav_tokens_admin": tokens_admin is None or bool(tokens_admin),
+        "nav_manage_approvals": tenant is not None
+        and bool(access.may_manage_approvals(user, tenant.pk)),
+        "nav_may_operate": bool(access.operations_tenants(user)),
+        "nav_destinations": bool(access.destination_tenants(user)),
         "nav_counts": scope_counts(request, tenant),
         # The user chose a zone: the page's script must not rewrite times in the browser's.
         "nav_tz_profile": profile_time_zone(request) is not None,

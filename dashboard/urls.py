@@ -6,7 +6,15 @@ from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path, register_converter
 from django.urls.converters import StringConverter
 
-from dashboard import audit_views, bulk, operations_views, preferences, views
+from dashboard import (
+    approvals,
+    audit_views,
+    bulk,
+    destinations,
+    operations_views,
+    preferences,
+    views,
+)
 from dashboard.pages import with_csp
 
 
@@ -54,7 +62,28 @@ urlpatterns: list[URLPattern | URLResolver] = [
     # An event's address is its chain and its sequence number in it ("tenant:acme" #323): the
     # number alone is ambiguous across tenants, and the primary key is no address at all.
     path("audit/<segment:chain>/<int:seq>/", audit_views.audit_detail, name="audit_event"),
+    path("destinations/", destinations.destination_list, name="destinations"),
+    path("destinations/<int:destination_id>/", destinations.destination_detail, name="destination"),
+    path(
+        "destinations/<int:destination_id>/delete",
+        destinations.destination_delete,
+        name="destination_delete",
+    ),
+    path(
+        "destinations/<int:destination_id>/deliveries/<int:delivery_id>/redeliver",
+        destinations.delivery_redeliver,
+        name="delivery_redeliver",
+    ),
     path("preferences/", preferences.preferences_page, name="preferences"),
     path("tokens/", audit_views.token_list, name="tokens"),
+    path("approval-policies/", approvals.approval_policies_page, name="approval_policies"),
+    path("approval-policies/<int:rule_id>/", approvals.approval_rule_page, name="approval_rule"),
+    path(
+        "approval-policies/<int:rule_id>/delete",
+        approvals.approval_rule_delete,
+        name="approval_rule_delete",
+    ),
+    path("reviewer-groups/", approvals.reviewer_groups_create, name="reviewer_groups"),
+    path("reviewer-groups/<slug:name>/", approvals.reviewer_group_page, name="reviewer_group"),
     path("tokens/<int:token_id>/revoke", audit_views.token_revoke, name="token_revoke"),
 ]

@@ -255,7 +255,7 @@ def answer_input(request: HttpRequest, task_id: str, key: str) -> HttpResponse:
         raise Http404("No such input request")
     task, request_row = found
     context: dict[str, Any] = {"task": task, "input": request_row}
-    if request_row.kind == InputKind.APPROVAL and request_row.state == InputState.PENDING:
+    if request_row.kind == InputKind.APPROVAL:
         return approval_page(request, task, request_row)
     if request_row.state != InputState.PENDING:
         return render_page(request, "dashboard/answer.html", {**context, "closed": True})

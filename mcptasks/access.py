@@ -292,6 +292,49 @@ def eligible_reviewers(request: InputRequest, task: Task) -> list[Any]:
     return [user for user in candidates if may_decide(user, request, task)]
 
 
+def gate_for_reviewer(user: Any, task_id: Any, key: Any) -> tuple[Task, InputRequest] | None:
+    """Reviewer visibility: the approval gate ``key`` of ``task_id`` with its task, for a
+    user whom a gate's policy names but who may not otherwise see the task (a plain member in
+    a reviewer group, a user the policy names) — while they may decide on the pending gate
+    (:func:`may_decide`), or once they have decided on it. It shows exactly the approval page
+    and takes the decision on every channel (dashboard, REST API, MCP ``tasks/update``); the
+    task page, ``tasks/get`` and the task's live stream stay :func:`visible_tasks`'. None for
+    anyone else, an unknown id or key alike (one statement, then the decision)."""
+    if not _authenticated(user) or not isinstance(task_id, str) or not task_id:
+        return None
+    if len(task_id) > 64 or not isinstance(key, str) or not key or len(key) > 200:
+        return None
+    gate = (
+        InputRequest.objects.select_related("task", "task__tenant", "task__principal")
+        .filter(
+            task_id=task_id,
+            key=key,
+            kind=InputKind.APPROVAL,
+            tenant_id__in=sorted(member_tenants(user)),
+        )
+        .first()
+    )
+    if gate is None:
+        return None
+    task = gate.task
+    if gate.state == "pending" and may_decide(user, gate, task):
+        return task, gate
+    if gate.decisions.filter(reviewer=user).exists():
+        return task, gate
+    return None
+
+
+def task_for_reviewer(user: Any, task_id: Any, keys: list[Any]) -> Task | None:
+    """Reviewer visibility on MCP: the task ``task_id`` when one of ``keys`` names a pending
+    client-audience approval gate of it that ``user`` may decide on (:func:`gate_for_reviewer`);
+    what lets ``tasks/update`` take a reviewer's decision on a task they may not see."""
+    for key in keys[:10]:
+        found = gate_for_reviewer(user, task_id, key)
+        if found is not None and found[1].state == "pending" and found[1].audience == Audience.ANY:
+            return found[0]
+    return None
+
+
 def member_tenant_ids(user: Any) -> list[int]:
     """The tenants ``user`` is a member of (any role)."""
     return sorted(_roles(user)) if _authenticated(user) else []
@@ -304,6 +347,33 @@ def may_manage_approvals(user: Any, tenant_id: int) -> Decision:
     if Role.ADMIN in _tenant_roles(user, tenant_id):
         return ALLOW
     return Decision(False, "only the tenant's admins manage reviewer groups and approval policies")
+
+
+def may_manage_destinations(user: Any, tenant_id: int) -> Decision:
+    """A tenant's event destinations (webhooks, SIEM streams) are created, changed and deleted
+    by its admins."""
+    if not _authenticated(user):
+        return Decision(False, "not authenticated")
+    if Role.ADMIN in _tenant_roles(user, tenant_id):
+        return ALLOW
+    return Decision(False, "only the tenant's admins manage its event destinations")
+
+
+def may_see_deliveries(user: Any, tenant_id: int) -> Decision:
+    """Destinations and their delivery logs are read by the tenant's admins and operators, who
+    may also redeliver a dead-lettered delivery (never its secret: nobody reads that)."""
+    if not _authenticated(user):
+        return Decision(False, "not authenticated")
+    if _tenant_roles(user, tenant_id) & {Role.ADMIN, Role.OPERATOR}:
+        return ALLOW
+    return Decision(False, "only the tenant's admins and operators see its event destinations")
+
+
+def destination_tenants(user: Any) -> list[int]:
+    """Tenants whose destinations ``user`` may see (:func:`may_see_deliveries`)."""
+    if not _authenticated(user):
+        return []
+    return sorted(t for t, roles in _roles(user).items() if roles & {Role.ADMIN, Role.OPERATOR})
 
 
 def requesters(task: Task) -> set[int]:
@@ -398,6 +468,13 @@ def tenants_where(user: Any, action: Action) -> list[int] | None:
     )
 
 
+def operations_tenants(user: Any) -> list[int]:
+    """Tenants whose figures the operations page shows ``user``: where a role of theirs may
+    force-cancel every task (operators; not members, tenant admins or auditors). Empty: no
+    operations page, and no link to it."""
+    return tenants_where(user, Action.FORCE_CANCEL) or []
+
+
 def visible_tasks_for_listing(user: Any, tenant_id: int | None = None) -> QuerySet[Task]:
     """:func:`visible_tasks`, optionally within one tenant, written so that the planner can walk
     the ``(tenant, created)`` or ``(principal, created)`` index in order: a tenant the user sees
@@ -430,6 +507,16 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
     """Pending ``operator`` / ``any`` input requests ``user`` may answer outside MCP (dashboard,
     REST API), across tasks: the set form of :func:`may_answer` (operator roles, named-approver
     grants, the owner for ``any``, never a requester's own self-approval gate)."""
+    pending = answerable_inputs_before_gates(user)
+    # An approval gate is listed only to those its policy lets decide.
+    refused = refused_gate_ids(user, pending)
+    return pending.exclude(pk__in=refused) if refused else pending
+
+
+def answerable_inputs_before_gates(user: Any) -> QuerySet[InputRequest]:
+    """:func:`answerable_inputs` before its approval gates are checked against their policies
+    (:func:`refused_gate_ids`), for a caller that first asks, in the query it runs anyway,
+    whether any gate is among them — so a page with no pending gate reads none."""
     if not _authenticated(user):
         return InputRequest.objects.none()
     pending = InputRequest.objects.filter(
@@ -462,17 +549,23 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
         )
     pending = pending.filter(tenant_id__in=sorted(member_tenants(user)))
     if by_tenant:
-        pending = pending.exclude(forbid_self_approval=True, task_id__in=own).exclude(
+        return pending.exclude(forbid_self_approval=True, task_id__in=own).exclude(
             forbid_self_approval=True, task_id__in=by_proxy
         )
-    else:
-        pending = pending.exclude(forbid_self_approval=True, task__principal=user).exclude(
-            forbid_self_approval=True, task__token__issued_by=user
-        )
-    # An approval gate is listed only to those its policy lets decide (pending gates are few).
-    gates = pending.filter(kind=InputKind.APPROVAL).select_related("task", "task__token")
-    refused = [gate.pk for gate in gates if not may_decide(user, gate, gate.task)]
-    return pending.exclude(pk__in=refused) if refused else pending
+    return pending.exclude(forbid_self_approval=True, task__principal=user).exclude(
+        forbid_self_approval=True, task__token__issued_by=user
+    )
+
+
+def refused_gates(user: Any, pending: QuerySet[InputRequest]) -> list[InputRequest]:
+    """The approval gates among ``pending`` whose policy does not let ``user`` decide (pending
+    gates are few: one query reads them)."""
+    gates = pending.filter(kind=InputKind.APPROVAL).select_related("task")
+    return [gate for gate in gates if not may_decide(user, gate, gate.task)]
+
+
+def refused_gate_ids(user: Any, pending: QuerySet[InputRequest]) -> list[int]:
+    return [gate.pk for gate in refused_gates(user, pending)]
 
 
 def answer_decisions(user: Any, task: Task, requests: list[InputRequest]) -> dict[int, Decision]:

@@ -74,7 +74,8 @@ class GateSerializer(serializers.Serializer):
         return str((gate.params or {}).get("message", ""))
 
     def get_summary(self, gate: InputRequest) -> Any:
-        sensitive = wire.sensitive_keys_of(gate.task.tool_name)
+        masked = access.gate_policy(gate).get("redact") or ()
+        sensitive = wire.sensitive_keys_of(gate.task.tool_name) | frozenset(masked)
         return wire.shown((gate.gate or {}).get("summary") or {}, sensitive)
 
     def get_policy(self, gate: InputRequest) -> dict[str, Any]:
@@ -125,7 +126,9 @@ class ApprovalDecisionView(ApiView):
         responses={200: GateSerializer, **problems(400, 403, 404, 409, 422)},
     )
     def post(self, request: Request, task_id: str, key: str) -> Response:
-        task: Task = visible_task(request, task_id)
+        # A reviewer the gate's policy names reaches it even without seeing the task (access).
+        reviewed = access.gate_for_reviewer(request.user, task_id, key)
+        task: Task = reviewed[0] if reviewed is not None else visible_task(request, task_id)
         gate = _gates().filter(task=task, key=key).first()
         if gate is None:
             raise NotFound(f"Approval gate {key!r} not found on this task.")
@@ -165,6 +168,12 @@ class PolicyRuleSerializer(serializers.Serializer):
     )
     groups = serializers.ListField(child=serializers.SlugField(max_length=64), default=list)
     users = serializers.ListField(child=serializers.CharField(max_length=150), default=list)
+    redact = serializers.ListField(
+        child=serializers.CharField(max_length=128),
+        default=list,
+        max_length=50,
+        help_text="argument fields the approval page masks (added to the tool's own)",
+    )
     version = serializers.IntegerField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
 
@@ -231,8 +240,44 @@ class ApprovalPolicyListView(ApiView):
             roles=data["roles"],
             groups=data["groups"],
             users=data["users"],
+            redact=data["redact"],
         )
         return Response(_rule_data(rule), status=201)
+
+
+class ApprovalPolicyDetailView(ApiView):
+    @extend_schema(
+        operation_id="approval_policies_delete",
+        tags=["approvals"],
+        summary="Delete an approval policy rule",
+        description="Withdraws an active rule: its selector's next version is a tombstone and "
+        "gates declared afterwards apply the tool's own policy. Tenant admins; audited as "
+        "approval.policy_changed with deleted: true. 404 for a rule that is not active or not "
+        "of a tenant the caller belongs to.",
+        request=None,
+        responses={204: None, **problems(403, 404)},
+    )
+    def delete(self, request: Request, rule_id: int) -> Response:
+        rule = (
+            ApprovalPolicyRule.objects.select_related("tenant")
+            .filter(pk=rule_id, active=True, tenant_id__in=access.member_tenant_ids(request.user))
+            .first()
+        )
+        if rule is None:
+            raise NotFound("Approval policy not found.")
+        allowed = access.may_manage_approvals(request.user, rule.tenant_id)
+        if not allowed:
+            raise PermissionDenied(_sentence(allowed.reason))
+        try:
+            approval_policies.delete_rule(
+                tenant=rule.tenant,
+                actor=actor_of(request),
+                created_by=request.user,
+                rule_id=rule.pk,
+            )
+        except ApprovalPolicyRule.DoesNotExist:
+            raise NotFound("Approval policy not found.") from None
+        return Response(status=204)
 
 
 # ---------------------------------------------------------------- reviewer groups

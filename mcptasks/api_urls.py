@@ -17,7 +17,7 @@ from drf_spectacular.views import (
 )
 
 from audit import api as audit_api
-from mcptasks import api, api_approvals, errors
+from mcptasks import api, api_approvals, api_destinations, errors
 
 TASK = "v1/tasks/<str:task_id>"
 
@@ -67,6 +67,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
         name="api-approval-policies",
     ),
     path(
+        "v1/approval-policies/<int:rule_id>",
+        api_approvals.ApprovalPolicyDetailView.as_view(),
+        name="api-approval-policy",
+    ),
+    path(
         "v1/reviewer-groups",
         api_approvals.ReviewerGroupListView.as_view(),
         name="api-reviewer-groups",
@@ -75,6 +80,24 @@ urlpatterns: list[URLPattern | URLResolver] = [
         "v1/approvals/<str:task_id>/<path:key>/decisions",
         api_approvals.ApprovalDecisionView.as_view(),
         name="api-approval-decide",
+    ),
+    path(
+        "v1/destinations", api_destinations.DestinationListView.as_view(), name="api-destinations"
+    ),
+    path(
+        "v1/destinations/<int:destination_id>",
+        api_destinations.DestinationDetailView.as_view(),
+        name="api-destination",
+    ),
+    path(
+        "v1/destinations/<int:destination_id>/deliveries",
+        api_destinations.DeliveryListView.as_view(),
+        name="api-destination-deliveries",
+    ),
+    path(
+        "v1/destinations/<int:destination_id>/deliveries/<int:delivery_id>/redeliver",
+        api_destinations.RedeliverView.as_view(),
+        name="api-destination-redeliver",
     ),
     path("v1/audit/events", audit_api.AuditEventListView.as_view(), name="api-audit-events"),
     path("v1/audit/exports", audit_api.AuditExportCreateView.as_view(), name="api-audit-exports"),

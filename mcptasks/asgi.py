@@ -9,6 +9,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcptasks.settings")
 
 from django.core.asgi import get_asgi_application
 
+from mcptasks import tracing
+
+tracing.configure(role="web")  # before Django builds its handler (its middleware); off by default
 django_application = get_asgi_application()
 
 from django.conf import settings  # noqa: E402

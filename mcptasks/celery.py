@@ -50,3 +50,20 @@ def load_tool_packs(**_: Any) -> None:
     except ToolPackError as exc:
         logging.getLogger("mcptasks.celery").critical("%s; the worker stops", exc)
         raise SystemExit(f"mcptasks worker: {exc}") from exc
+
+
+@signals.worker_init.connect
+def start_tracing(**_: Any) -> None:
+    """One trace per task (mcptasks/tracing.py): on when OTLP export is configured. Set up in
+    the worker before it forks its pool; the SDK restarts its export thread in each child."""
+    from mcptasks import tracing
+
+    tracing.configure(role="worker", django=False)
+
+
+@signals.worker_process_shutdown.connect
+def flush_traces(**_: Any) -> None:
+    """A pool child that exits hands its last spans to the exporter first."""
+    from mcptasks import tracing
+
+    tracing.flush()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from audit.record import Actor
-from mcptasks import lifecycle
+from mcptasks import approval_policies, lifecycle
 from mcptasks.models import Task
 
 
@@ -33,7 +33,9 @@ def seed_demo_tasks(cast: dict[str, dict[str, Any]]) -> list[Task]:
                 principal_id=entry["user"].pk,
                 tool_name=tool_name,
                 arguments=arguments,
-                policy_revision=tool.policy_revision,
+                policy_revision=approval_policies.bound_revision(
+                    tool, tenant_id=entry["tenant"].pk, arguments=arguments
+                ),
                 ttl_ms=tool.ttl_ms,
                 poll_interval_ms=tool.effective_poll_interval_ms(),
                 client_capabilities={

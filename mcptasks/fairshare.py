@@ -5,8 +5,9 @@ fields (Django admin) — are checked when a worker claims a task, with the tena
 principal's rows locked so that concurrent claims cannot overshoot. A claim refused for a cap
 changes nothing: the task stays ``queued`` (the row is the truth), the worker slot is free at
 once for the next message, and the task is delivered again when its tenant has room — by the
-worker whose run ended (:func:`dispatch_ready`) or by the redelivery sweep, which picks queued
-tasks round-robin across tenants (:func:`fair_queued_ids`) and skips those at their cap. So a
+worker whose run ended at the cap (:func:`dispatch_ready`) or by the redelivery sweep, which
+picks queued tasks round-robin across tenants (:func:`fair_queued_ids`) and skips those at
+their cap. So a
 flood from one tenant never holds every worker, and queued work never holds one either.
 """
 
@@ -114,25 +115,39 @@ def _room_by_tenant() -> dict[int, int]:
 
 
 def dispatch_ready(task_id: str) -> None:
-    """After a run of ``task_id`` ended: deliver its tenant's oldest queued task if a cap held
-    it back and there is room now (the sweep would, a sweep interval later)."""
+    """After a run of ``task_id`` ended: deliver a queued task that a cap may have held back,
+    now that there is room (the sweep would, a sweep interval later).
+
+    Only a tenant (or principal) that ran at its cap until this run ended can have had a claim
+    refused, so nothing is read or sent otherwise: a task that was never refused still has its
+    own message on the way, and a second one would only cost a worker a claim that fails."""
     from django.db import transaction
 
     from mcptasks import events
 
-    tenant_id = Task.objects.filter(pk=task_id).values_list("tenant_id", flat=True).first()
-    tenant = Tenant.objects.filter(pk=tenant_id).first() if tenant_id else None
-    if tenant is None or caps(tenant) == (0, 0):
+    row = Task.objects.filter(pk=task_id).values("tenant_id", "principal_id").first()
+    tenant = Tenant.objects.filter(pk=row["tenant_id"]).first() if row else None
+    if row is None or tenant is None:
         return
-    queued = (
-        Task.objects.filter(tenant_id=tenant.pk, state=TaskState.QUEUED)
-        .order_by("updated_at")
-        .values_list("pk", flat=True)
-        .first()
+    tenant_cap, principal_cap = caps(tenant)
+    if not tenant_cap and not principal_cap:
+        return
+    running = Task.objects.filter(state=TaskState.RUNNING).aggregate(
+        tenant=Count("pk", filter=Q(tenant_id=tenant.pk)),
+        principal=Count("pk", filter=Q(principal_id=row["principal_id"])),
     )
-    if queued is None:
+    # This run no longer counts: with it, was the tenant or the principal at its cap?
+    principal_was_full = bool(principal_cap) and running["principal"] + 1 >= principal_cap
+    tenant_was_full = bool(tenant_cap) and running["tenant"] + 1 >= tenant_cap
+    if not principal_was_full and not tenant_was_full:
+        return
+    queued = Task.objects.filter(tenant_id=tenant.pk, state=TaskState.QUEUED)
+    if principal_was_full and not tenant_was_full:
+        queued = queued.filter(principal_id=row["principal_id"])
+    next_id = queued.order_by("updated_at").values_list("pk", flat=True).first()
+    if next_id is None:
         return
     with transaction.atomic():
-        refused = claim_refusal(queued)
+        refused = claim_refusal(next_id)
     if refused is None:
-        events.dispatch_job("run_task", {"task_id": queued})
+        events.dispatch_job("run_task", {"task_id": next_id})

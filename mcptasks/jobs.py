@@ -85,3 +85,19 @@ def write_audit_digests() -> int:
     from audit.digests import write_digests
 
     return len(write_digests())
+
+
+@shared_task(name="mcptasks.deliver_outbox")
+def deliver_outbox(delivery_id: int) -> str:
+    """Send one outbox delivery and the due ones behind it (mcptasks/outbox/delivery.py)."""
+    from mcptasks.outbox import delivery
+
+    return delivery.deliver(delivery_id)
+
+
+@shared_task(name="mcptasks.stream_audit")
+def stream_audit(destination_id: int) -> int:
+    """Send a destination's audit stream from its cursor, in chain order."""
+    from mcptasks.outbox import delivery
+
+    return delivery.stream_audit(destination_id)

@@ -33,7 +33,7 @@ from django.utils import timezone
 
 from audit import holds
 from audit.record import Actor, record
-from mcptasks import events, failures, fairshare, metrics, search
+from mcptasks import events, failures, fairshare, metrics, outbox, search, tracing
 from mcptasks.canonical import digest
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -227,6 +227,9 @@ def _audit(
     data: dict[str, Any] | None = None,
     sensitive_keys: frozenset[str] = frozenset(),
 ) -> None:
+    # The event's outbox rows, in this transaction; before record(), which locks the chain
+    # head until commit.
+    outbox.task_event(task, action, data)
     record(
         action=action,
         actor=actor,
@@ -353,6 +356,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
                 client_capabilities=spec.client_capabilities,
                 creation_key=spec.creation_key,
                 correlation_id=spec.correlation_id or failures.new_correlation_id(),
+                traceparent=tracing.new_task_traceparent(spec.tool_name),
             )
             task.tenant = tenant  # every other field is as inserted: no column has a DB default
             for answered in spec.answered_inputs:
@@ -667,8 +671,12 @@ def task_wake(*, task_id: str) -> Task:
     return task
 
 
-def task_complete(*, task_id: str, attempt: int, result: dict[str, Any]) -> Task:
-    """Complete a running attempt with its CallToolResult (``isError`` results included)."""
+def task_complete(
+    *, task_id: str, attempt: int, result: dict[str, Any], rejected: bool | None = None
+) -> Task:
+    """Complete a running attempt with its CallToolResult (``isError`` results included).
+    ``rejected``: whether an approval gate of the task was rejected, when the caller knows
+    (the runner read the task's input requests); None reads it."""
     size = len(json.dumps(result))
     if size > settings.MCPTASKS_MAX_RESULT_BYTES:
         return task_fail(
@@ -682,9 +690,10 @@ def task_complete(*, task_id: str, attempt: int, result: dict[str, Any]) -> Task
         )
     # A task whose approval gate was rejected completes as the tool decides on the wire, but is
     # *rejected* everywhere else: never a plain "completed" that hides a rejection.
-    rejected = InputRequest.objects.filter(
-        task_id=task_id, kind=InputKind.APPROVAL, outcome=GateOutcome.REJECTED
-    ).exists()
+    if rejected is None:
+        rejected = InputRequest.objects.filter(
+            task_id=task_id, kind=InputKind.APPROVAL, outcome=GateOutcome.REJECTED
+        ).exists()
     outcome = GateOutcome.REJECTED.value if rejected else ""
     with transaction.atomic():
         task = _apply(

@@ -46,6 +46,21 @@ THROTTLED = Counter("mcptasks_throttled_total", "Requests answered 429", ["kind"
 MISSING_MCP_NAME = Counter(
     "mcptasks_missing_mcp_name_total", "tasks/* requests without Mcp-Name (tolerated, PROTOCOL §9)"
 )
+# The outbox (mcptasks/outbox/): sends by destination kind; lag and backlog are gauges read
+# from the database at scrape time (mcptasks.outbox.stats).
+OUTBOX_DELIVERED = Counter(
+    "mcptasks_outbox_delivered_total", "Deliveries sent and acknowledged", ["kind"]
+)
+OUTBOX_FAILURES = Counter(
+    "mcptasks_outbox_failures_total", "Delivery attempts that failed", ["kind"]
+)
+OUTBOX_DEAD = Counter("mcptasks_outbox_dead_letters_total", "Deliveries dead-lettered", ["kind"])
+OUTBOX_DELIVERY_SECONDS = Histogram(
+    "mcptasks_outbox_delivery_seconds",
+    "From the outbox row's commit to its acknowledged delivery",
+    ["kind"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600),
+)
 LISTEN_STREAMS = Gauge(
     "mcptasks_listen_streams", "Open subscriptions/listen streams", multiprocess_mode="livesum"
 )
@@ -73,6 +88,9 @@ class DatabaseCollector(Collector):
             value=Effect.objects.filter(state=EffectState.UNKNOWN).count(),
         )
         yield from _operations()
+        from mcptasks.outbox import stats as outbox_stats
+
+        yield from outbox_stats.gauges()
         loop_tasks = _event_loop_tasks()
         if loop_tasks is not None:
             yield GaugeMetricFamily(

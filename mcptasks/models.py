@@ -255,6 +255,9 @@ class Task(models.Model):
     # task (web and worker), what a failed run raised and in which step, and the task a retry
     # started from.
     correlation_id = models.CharField(max_length=64, blank=True, default="")
+    # The W3C traceparent of the task's creation span (mcptasks/tracing.py): every worker run
+    # joins that trace, whoever delivered it. Empty when tracing was off.
+    traceparent = models.CharField(max_length=64, blank=True, default="")
     failure = models.JSONField(null=True, blank=True)
     retry_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
@@ -304,6 +307,13 @@ class Task(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def trace_id(self) -> str:
+        """The OpenTelemetry trace id of the task ("" when it was created with tracing off)."""
+        from mcptasks.tracing import trace_id_of
+
+        return trace_id_of(self.traceparent)
 
 
 class TaskUserObjectPermission(UserObjectPermissionBase):
@@ -512,6 +522,8 @@ class ApprovalPolicyRule(models.Model):
     roles = models.JSONField(default=list, blank=True)
     groups = models.JSONField(default=list, blank=True)
     users = models.JSONField(default=list, blank=True)
+    # Argument fields the approval page masks (added to those the tool's gate names).
+    redact = models.JSONField(default=list, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -529,3 +541,7 @@ class ApprovalPolicyRule(models.Model):
                 fields=["tenant", "tool_name", "key", "active"], name="approval_rule_lookup"
             )
         ]
+
+
+# The outbox (issue 24): destinations of a tenant's events and deliveries to them.
+from mcptasks.outbox.models import Delivery, DeliveryState, Destination  # noqa: E402, F401

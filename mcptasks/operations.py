@@ -15,7 +15,7 @@ from django.conf import settings
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from mcptasks.models import Heartbeat, Task, TaskState
+from mcptasks.models import Heartbeat, Task, TaskState, Tenant
 
 S = TaskState
 HOUR = timedelta(hours=1)
@@ -101,7 +101,11 @@ def snapshot(tenant_ids: list[int] | None = None) -> Snapshot:
     oldest: dict[str, Any] | None = dict(first) if first is not None else None
     if oldest is not None:
         oldest["age_s"] = max((now - oldest["updated_at"]).total_seconds(), 0.0)
-    ended = tasks.filter(state__in=[S.COMPLETED, S.FAILED], updated_at__gte=now - HOUR).aggregate(
+    # By tenant even for every tenant (/metrics): the (tenant, updated) index then reads only
+    # the last hour's rows; with no tenant condition it walks the whole index.
+    every_tenant = list(Tenant.objects.values_list("pk", flat=True)) if tenant_ids is None else None
+    recent = tasks if every_tenant is None else tasks.filter(tenant_id__in=every_tenant)
+    ended = recent.filter(state__in=[S.COMPLETED, S.FAILED], updated_at__gte=now - HOUR).aggregate(
         completed=Count("pk", filter=Q(state=S.COMPLETED)),
         failed=Count("pk", filter=Q(state=S.FAILED)),
     )

@@ -27,6 +27,7 @@ from mcptasks import access, inputs, limits, wire
 from mcptasks import timeline as task_timeline
 from mcptasks.models import (
     Effect,
+    InputKind,
     InputRequest,
     InputState,
     Task,
@@ -389,6 +390,23 @@ def inbox(user: Any, *, tenant_id: int | None = None, now: datetime | None = Non
     )
 
 
+def _answerable_per_tenant(user: Any) -> dict[int, int]:
+    """access.answerable_inputs counted per tenant in one grouped query that also counts the
+    approval gates among them; only when there are any are they read and checked against their
+    policies (a second query): no page pays for gates that are not there."""
+    pending = access.answerable_inputs_before_gates(user)
+    grouped = (
+        pending.order_by()
+        .values("tenant_id")
+        .annotate(n=Count("pk"), gates=Count("pk", filter=Q(kind=InputKind.APPROVAL)))
+    )
+    counts = {row["tenant_id"]: row["n"] for row in grouped if row["n"]}
+    if any(row["gates"] for row in grouped):
+        for gate in access.refused_gates(user, pending):
+            counts[gate.tenant_id] -= 1
+    return {tenant_id: n for tenant_id, n in counts.items() if n}
+
+
 def inbox_counts_by_tenant(user: Any, *, now: datetime | None = None) -> dict[int, InboxCounts]:
     """How much waits on ``user`` (what :func:`inbox` lists, counted) in each tenant with
     anything waiting: three grouped queries, for the navigation's badge and the inbox's "more
@@ -398,7 +416,7 @@ def inbox_counts_by_tenant(user: Any, *, now: datetime | None = None) -> dict[in
         grouped = rows.order_by().values("tenant_id").annotate(n=Count("pk"))
         return {row["tenant_id"]: row["n"] for row in grouped}
 
-    inputs = per_tenant(access.answerable_inputs(user))
+    inputs = _answerable_per_tenant(user)
     effects = per_tenant(access.reconcilable_effects(user))
     stuck = per_tenant(_stuck_cancels(user, now, None))
     return {
@@ -529,9 +547,14 @@ def task_detail(user: Any, task: Task) -> TaskDetail:
 
 
 def get_input_request(user: Any, task_id: Any, key: str) -> tuple[Task, InputRequest] | None:
-    """A task ``user`` may see and one of its input requests by key."""
-    task = find_task(user, task_id)
+    """A task ``user`` may see and one of its input requests by key — or, for an eligible
+    reviewer who may not otherwise see the task, its approval gate (access.gate_for_reviewer)."""
+    task = access.get_visible_task(user, task_id)
     if task is None:
+        reviewed = access.gate_for_reviewer(user, task_id, key)
+        if reviewed is not None:
+            return reviewed
+        find_task(user, task_id)  # the miss counts against the unknown-id budget
         return None
     request = task.input_requests.filter(key=key).first()
     return (task, request) if request is not None else None

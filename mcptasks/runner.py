@@ -27,13 +27,14 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.record import Actor
-from mcptasks import approval_policies, failures, lifecycle
+from mcptasks import approval_policies, failures, lifecycle, tracing
 from mcptasks.interrupt import async_raise
 from mcptasks.lifecycle import InputSpec, error_object
 from mcptasks.models import (
     Audience,
     Effect,
     EffectState,
+    GateOutcome,
     InputKind,
     InputRequest,
     InputState,
@@ -179,12 +180,14 @@ class TaskContext(ToolContext):
         replaying = len(self.sequence) < len(self.recorded_log)
         self.progress.report(str(message), replaying=replaying)
 
+    @tracing.step("now")
     def now(self) -> datetime:
         value = self._recorded(self._auto_key("now"), "now", lambda: timezone.now().isoformat())
         parsed = parse_datetime(value)
         assert parsed is not None
         return parsed
 
+    @tracing.step("uuid")
     def uuid(self) -> uuid_module.UUID:
         return uuid_module.UUID(
             self._recorded(self._auto_key("uuid"), "uuid", lambda: str(uuid_module.uuid4()))
@@ -200,6 +203,7 @@ class TaskContext(ToolContext):
         if capability not in self.capabilities:
             raise MissingCapability(capability)
 
+    @tracing.step("ask")
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         if not questions:
             raise ToolDefinitionError("ask_many needs at least one question")
@@ -254,6 +258,16 @@ class TaskContext(ToolContext):
             arguments=self.task.arguments,
             default=gate.get("policy") or {},
         )
+        bound = approval_policies.bound_rules_digest(self.task.policy_revision)
+        declared = policy["binding"][: len(bound)]
+        if bound and declared != bound:
+            # The tenant's rules changed since the task was created: the gate applies the
+            # rules in force now (a tightening covers queued work); the change is audited.
+            lifecycle.task_note_binding_change(
+                task_id=self.task.pk,
+                attempt=self.attempt,
+                changes={"approval_policy": [bound, declared]},
+            )
         return {**gate, "policy": policy}
 
     def _answer_of(self, key: str) -> Answer:
@@ -274,6 +288,7 @@ class TaskContext(ToolContext):
             self._suspend_for([InputSpec(key=key, method=method, params=params)])
         return self._answer_of(key).raw
 
+    @tracing.step("sample")
     def sample(
         self, key: str, messages: list[dict[str, Any]], *, max_tokens: int = 256, **params: Any
     ) -> dict[str, Any]:
@@ -282,10 +297,12 @@ class TaskContext(ToolContext):
             key, SAMPLE, {"messages": messages, "maxTokens": max_tokens, **params}
         )
 
+    @tracing.step("roots")
     def roots(self, key: str) -> list[dict[str, Any]]:
         self._require("roots")
         return list(self._single_request(key, ROOTS, {}).get("roots") or [])
 
+    @tracing.step("effect")
     def effect(self, step: str, fn: Callable[[EffectKey], T], *, idempotent: bool = False) -> T:
         self._step(step, "effect")
         idempotency_key = EffectKey(f"{self.task.pk}:{step}", fencing_token=self.attempt)
@@ -315,6 +332,7 @@ class TaskContext(ToolContext):
         )
         return stored  # type: ignore[no-any-return]
 
+    @tracing.step("sleep")
     def sleep(self, key: str, seconds: float) -> None:
         wake_at = parse_datetime(
             self._recorded(
@@ -332,6 +350,7 @@ class TaskContext(ToolContext):
         )
         raise Suspend()
 
+    @tracing.step("wait")
     def wait_until(
         self,
         key: str,
@@ -530,10 +549,18 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
 
     Returns None when the task could not be claimed (gone, running elsewhere, terminal).
     """
+    started_ns = tracing.now_ns()
     try:
         task = lifecycle.task_claim(task_id=task_id, worker=worker or worker_name())
     except lifecycle.LifecycleError:
         return None
+    with tracing.attempt_span(task, started_ns) as span:  # one span of the task's trace
+        state = _run_claimed(task)
+        tracing.note_outcome(span, task.pk, state)
+    return state
+
+
+def _run_claimed(task: Task) -> str | None:
     if task.lost_attempts >= settings.MCPTASKS_MAX_ATTEMPTS:
         return _fail(
             task,
@@ -574,7 +601,8 @@ def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
     changes = {}
     if task.server_build != settings.MCPTASKS_SERVER_BUILD:
         changes["server_build"] = [task.server_build, settings.MCPTASKS_SERVER_BUILD]
-    if task.policy_revision != tool_def.policy_revision:
+    # The approval rules part of the binding is compared when a gate is declared (_gate_of).
+    if approval_policies.tool_revision_of(task.policy_revision) != tool_def.policy_revision:
         changes["policy_revision"] = [task.policy_revision, tool_def.policy_revision]
     if not changes:
         return None
@@ -610,6 +638,7 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
                 "content": [{"type": "text", "text": str(exc)}],
                 "isError": True,
             },
+            context,
         )
     except MissingCapability as exc:
         return _fail(
@@ -641,16 +670,24 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
         return _fail(
             task, f"Tool {task.tool_name!r} returned a result that does not match its outputSchema"
         )
-    return _complete(task, result)
+    return _complete(task, result, context)
 
 
 def _state_of(task_id: str) -> str | None:
     return Task.objects.filter(pk=task_id).values_list("state", flat=True).first()
 
 
-def _complete(task: Task, result: dict[str, Any]) -> str | None:
+def _complete(task: Task, result: dict[str, Any], context: TaskContext) -> str | None:
+    # The attempt read the task's input requests when it began (a gate is settled before the
+    # attempt that reads its outcome): whether one was rejected costs no query here.
+    rejected = any(
+        r.kind == InputKind.APPROVAL and r.outcome == GateOutcome.REJECTED
+        for r in context.inputs.values()
+    )
     try:
-        return lifecycle.task_complete(task_id=task.pk, attempt=task.attempt, result=result).state
+        return lifecycle.task_complete(
+            task_id=task.pk, attempt=task.attempt, result=result, rejected=rejected
+        ).state
     except lifecycle.LifecycleError:
         return _state_of(task.pk)
 

@@ -338,6 +338,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # A delivery's state (issue 24) is another choice set named "state" than a task's: each
+    # keeps a name of its own (the task's the one it had).
+    "ENUM_NAME_OVERRIDES": {
+        "StateEnum": "mcptasks.models.TaskState",
+        "DeliveryStateEnum": "mcptasks.outbox.models.DeliveryState",
+    },
 }
 
 # ---------------------------------------------------------------- mcptasks
@@ -446,6 +452,19 @@ LOGGING = {
     },
 }
 
+# ---------------------------------------------------------------- tracing
+# One OpenTelemetry trace per task (mcptasks/tracing.py, README "Tracing"): on when OTLP export
+# is configured by the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT or _TRACES_ENDPOINT;
+# OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn it off). Off: no SDK, no spans.
+MCPTASKS_TRACING = env_bool(
+    "MCPTASKS_TRACING",
+    default=bool(
+        env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+    )
+    and env_str("OTEL_SDK_DISABLED").lower() != "true"
+    and env_str("OTEL_TRACES_EXPORTER", "otlp").lower() != "none",
+)
+
 # ---------------------------------------------------------------- hardening
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -531,3 +550,23 @@ MCPTASKS_AUDIT_VERIFY_MAX_UPLOAD_BYTES = env_int(
 MCPTASKS_AUDIT_VERIFY_MAX_UNCOMPRESSED_BYTES = env_int(
     "MCPTASKS_AUDIT_VERIFY_MAX_UNCOMPRESSED_BYTES", 268_435_456
 )
+
+# ---------------------------------------------------------------- outbox (docs/webhooks.md)
+# Destinations' secrets are Fernet-encrypted with a key derived from this (default SECRET_KEY).
+MCPTASKS_DESTINATION_SECRET_KEY = env_str("MCPTASKS_DESTINATION_SECRET_KEY") or SECRET_KEY
+# Retries: exponential backoff from BASE to at most MAX seconds, with jitter; a delivery still
+# failing DEAD_AFTER seconds after it was written is dead-lettered (redeliver from the dashboard
+# or the API).
+MCPTASKS_OUTBOX_BACKOFF_BASE_S = float(env_str("MCPTASKS_OUTBOX_BACKOFF_BASE_S", "2"))
+MCPTASKS_OUTBOX_BACKOFF_MAX_S = float(env_str("MCPTASKS_OUTBOX_BACKOFF_MAX_S", "600"))
+MCPTASKS_OUTBOX_DEAD_AFTER_S = float(env_str("MCPTASKS_OUTBOX_DEAD_AFTER_S", "86400"))
+# A worker's claim on a delivery; a worker killed mid-send loses it after this long.
+MCPTASKS_OUTBOX_LEASE_S = env_int("MCPTASKS_OUTBOX_LEASE_S", 60)
+MCPTASKS_OUTBOX_SEND_TIMEOUT_S = float(env_str("MCPTASKS_OUTBOX_SEND_TIMEOUT_S", "10"))
+# Audit events per delivery to a sink that batches (at most its own max_batch).
+MCPTASKS_OUTBOX_AUDIT_BATCH = env_int("MCPTASKS_OUTBOX_AUDIT_BATCH", 100)
+# How long a process trusts what it read of a tenant's subscriptions (other processes see a
+# change of destinations within this long; the process making it at once).
+MCPTASKS_OUTBOX_SUBSCRIPTION_CACHE_S = float(env_str("MCPTASKS_OUTBOX_SUBSCRIPTION_CACHE_S", "2"))
+# Webhooks: plain http:// only to loopback hosts unless this is set.
+MCPTASKS_WEBHOOK_ALLOW_HTTP = env_bool("MCPTASKS_WEBHOOK_ALLOW_HTTP", default=False)

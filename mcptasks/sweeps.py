@@ -130,6 +130,13 @@ def redeliver_queued(older_than_s: float = 5.0) -> int:
     return len(ids)
 
 
+def outbox_due() -> int:
+    """Deliveries and audit streams whose wake-up the broker may have lost."""
+    from mcptasks.outbox import delivery
+
+    return delivery.sweep()
+
+
 def run_all() -> dict[str, int]:
     from mcptasks import keeper
 
@@ -140,6 +147,7 @@ def run_all() -> dict[str, int]:
         "purged": purge_tasks(),
         "input_timeouts": timeout_inputs(),
         "redelivered": redeliver_queued(),
+        "outbox": outbox_due(),
     }
     keeper.beat(keeper.SWEEP, **done)  # workers run the sweeps themselves when this is late
     return done

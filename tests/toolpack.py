@@ -703,3 +703,15 @@ def charge_then_ship(ctx: ToolContext, order: str = "o-1") -> dict[str, Any]:
     charged = ctx.effect("charge", _downstream("charge"))
     shipped = ctx.effect("ship", ship, idempotent=True)
     return {"charged": charged, "shipped": shipped}
+
+
+# ---------------------------------------------------------------- issue 22: one trace per task
+@tool(policy="task", ttl_ms=600_000)
+def traced_pipeline(ctx: ToolContext, nap_s: float = 1.0) -> dict[str, Any]:
+    """Steps of every kind the trace shows: a recorded uuid, an effect, a durable sleep (the
+    task resumes in a new attempt), a second effect."""
+    run_id = str(ctx.uuid())
+    built = ctx.effect("build", lambda key: {"built": str(key)}, idempotent=True)
+    ctx.sleep("cool-down", nap_s)
+    shipped = ctx.effect("ship", lambda key: {"shipped": str(key)})
+    return {"run": run_id, "built": built, "shipped": shipped}

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from audit.record import current_request_id
-from mcptasks import db_retry, events, metrics
+from mcptasks import db_retry, events, metrics, tracing
 from mcptasks.auth import AuthError, Principal, authenticate_bearer
 from mcptasks.limits import Throttled
 from mcptasks.oauth import resource_metadata_url
@@ -356,9 +356,12 @@ class McpApplication:
         repeating it is safe (mcptasks/db_retry.py); otherwise its outcome is unknown."""
         safe = call.method in REPEAT_SAFE
         try:
-            return db_retry.run(
-                lambda: self._serve_once(call, authorization), safe=safe, what=call.method
-            )
+            with tracing.request_span(call.method, call.params, call.headers) as span:
+                result = db_retry.run(
+                    lambda: self._serve_once(call, authorization), safe=safe, what=call.method
+                )
+                tracing.note_result(span, result)
+                return result
         except db_retry.TRANSIENT as exc:
             safe = db_retry.repeat_safe(exc)  # idempotent, or nothing was written
             log.warning("database error on /mcp %s", call.method, exc_info=True)

@@ -12,7 +12,7 @@ from referencing.exceptions import Unresolvable
 from rfc8785 import CanonicalizationError
 
 from audit.record import Actor
-from mcptasks import lifecycle, metrics, wire
+from mcptasks import approval_policies, lifecycle, metrics, wire
 from mcptasks.canonical import digest
 from mcptasks.interrupt import time_limit
 from mcptasks.protocol import task_tools
@@ -243,7 +243,9 @@ def _create_task(
                 token_id=principal.token_id,
                 tool_name=tool_def.name,
                 arguments=arguments,
-                policy_revision=tool_def.policy_revision,
+                policy_revision=approval_policies.bound_revision(
+                    tool_def, tenant_id=principal.tenant.pk, arguments=arguments
+                ),
                 ttl_ms=tool_def.effective_ttl_ms(),
                 poll_interval_ms=tool_def.effective_poll_interval_ms(),
                 client_capabilities=call.capabilities,

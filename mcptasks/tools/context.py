@@ -106,7 +106,8 @@ class ApprovalPolicy:
     ``roles`` in the task's tenant, members of its reviewer ``groups``, the named ``users``
     (usernames) and, with ``named_approvers``, the task's named approvers. Never the requester, the issuer of the creating
     token, or an auditor (access.may_decide). ``audience`` ``client`` lets the calling client
-    decide through ``tasks/update`` (its requester rule still holds)."""
+    decide through ``tasks/update`` (its requester rule still holds). ``redact``: argument
+    fields the approval page masks (a tenant's rule may add more)."""
 
     required: int = 1
     roles: tuple[str, ...] = ("operator",)
@@ -114,9 +115,10 @@ class ApprovalPolicy:
     users: tuple[str, ...] = ()
     audience: str = "operator"
     named_approvers: bool = True  # may an operator name an approver of one task?
+    redact: tuple[str, ...] = ()
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        policy: dict[str, Any] = {
             "required": self.required,
             "roles": list(self.roles),
             "groups": list(self.groups),
@@ -124,6 +126,9 @@ class ApprovalPolicy:
             "audience": self.audience,
             "named_approvers": self.named_approvers,
         }
+        if self.redact:
+            policy["redact"] = sorted(set(self.redact))
+        return policy
 
 
 # The form an approval gate shows a client (tasks/update): a decision and a comment.

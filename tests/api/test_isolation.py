@@ -8,17 +8,25 @@ both tenants; amy administers acme tokens only (tests/api/test_tokens_api.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from django.urls import URLPattern, get_resolver
 
 from audit.models import AuditEvent
-from mcptasks import lifecycle
+from mcptasks import approval_policies, lifecycle
 from mcptasks.api_urls import urlpatterns
 from mcptasks.lifecycle import InputSpec
-from mcptasks.models import ApiToken, Effect, InputRequest, Task, TaskState
+from mcptasks.models import (
+    ApiToken,
+    ApprovalPolicyRule,
+    Effect,
+    InputRequest,
+    Task,
+    TaskState,
+    Tenant,
+)
 from tests.api.conftest import ok, problem
 
 pytestmark = pytest.mark.django_db
@@ -40,6 +48,10 @@ class World:
     unknown: dict[str, Task]
     export: dict[str, Any]
     bob_token: ApiToken
+    rule: ApprovalPolicyRule  # globex's approval policy rule
+    # Per tenant: an event destination and a dead-lettered delivery of it (issue 24).
+    destination: dict[str, Any] = field(default_factory=dict)
+    dead: dict[str, Any] = field(default_factory=dict)
 
     def effect_id(self, tenant: str) -> int:
         return Effect.objects.get(task=self.unknown[tenant]).pk
@@ -59,7 +71,53 @@ def world(task_in: Any, api: Any, users: dict[str, Any], actors: dict[str, Any])
     export = ok(api("olga").post(f"{V1}/audit/exports", {"tenant": "globex"}), 201)
     bob_token = ApiToken.objects.filter(user=users["bob"]).first()
     assert bob_token is not None
-    return World(gate=gate, unknown=unknown, export=export, bob_token=bob_token)
+    rule = approval_policies.save_rule(
+        tenant=Tenant.objects.get(slug="globex"),
+        actor=actors["olga"],
+        created_by=None,
+        tool_name="deploy_service",
+        roles=["operator"],
+    )
+    destination, dead = destinations_with_dead_letters(users)
+    return World(
+        gate=gate,
+        unknown=unknown,
+        export=export,
+        bob_token=bob_token,
+        destination=destination,
+        dead=dead,
+        rule=rule,
+    )
+
+
+def destinations_with_dead_letters(users: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    from audit.record import Actor
+    from mcptasks.models import Delivery, DeliveryState, Tenant
+    from mcptasks.outbox import destinations
+    from mcptasks.sinks.webhook import new_secret
+
+    made, dead = {}, {}
+    for slug in ("acme", "globex"):
+        tenant = Tenant.objects.get(slug=slug)
+        made[slug] = destinations.create(
+            tenant=tenant,
+            actor=Actor.for_user(users["olga"]),
+            created_by=users["olga"],
+            name=f"{slug} hooks",
+            kind="webhook",
+            config={"url": "http://127.0.0.1:9/hook"},
+            secret=new_secret(),
+            events=["task.completed"],
+        )
+        dead[slug] = Delivery.objects.create(
+            destination=made[slug],
+            tenant=tenant,
+            event_id=f"evt_{slug}",
+            event_type="task.completed",
+            ordering_key="task:x",
+            state=DeliveryState.DEAD,
+        )
+    return made, dead
 
 
 def snapshot(tenant_slug: str) -> dict[str, Any]:
@@ -81,6 +139,9 @@ def snapshot(tenant_slug: str) -> dict[str, Any]:
             content_object__tenant__slug=tenant_slug
         ).count(),
         "audit": AuditEvent.objects.filter(chain=f"tenant:{tenant_slug}").count(),
+        "rules": list(
+            ApprovalPolicyRule.objects.filter(tenant__slug=tenant_slug).order_by("pk").values()
+        ),
     }
 
 
@@ -133,6 +194,20 @@ OTHER_CASES: list[Case] = [
     ("api-audit-export-manifest", "get", lambda w, t: w.export["manifest_url"], None),
     ("api-tokens-issue", "post", lambda w, t: f"{V1}/tokens/issue", {"tenant": "globex"}),
     ("api-token-revoke", "post", lambda w, t: f"{V1}/tokens/{w.bob_token.pk}/revoke", {}),
+    ("api-approval-policy", "delete", lambda w, t: f"{V1}/approval-policies/{w.rule.pk}", None),
+    ("api-destination", "get", lambda w, t: f"{V1}/destinations/{w.destination[t].pk}", None),
+    (
+        "api-destination-deliveries",
+        "get",
+        lambda w, t: f"{V1}/destinations/{w.destination[t].pk}/deliveries",
+        None,
+    ),
+    (
+        "api-destination-redeliver",
+        "post",
+        lambda w, t: f"{V1}/destinations/{w.destination[t].pk}/deliveries/{w.dead[t].pk}/redeliver",
+        {},
+    ),
 ]
 # Lists are not objects: they show alice nothing of globex (or refuse her outright).
 LIST_CASES = [
@@ -142,12 +217,15 @@ LIST_CASES = [
     "api-approvals",
     "api-approval-policies",
     "api-reviewer-groups",
+    "api-destinations",
 ]
 
 
 def call(client: Any, method: str, path: str, body: Any) -> Any:
     if method == "get":
         return client.client.get(path)
+    if method == "delete":
+        return client.client.delete(path)
     return client.post(path, body)
 
 

@@ -141,9 +141,10 @@ def test_every_operation_is_described_with_its_problems(db: Any) -> None:
         for path, item in document["paths"].items()
         for method, op in item.items()
     ]
-    # issue 21 added approvals_list / _decide, approval_policies_list / _save and
-    # reviewer_groups_list / _save
-    assert len(operations) == 21
+    # issue 21 added approvals_list / _decide, approval_policies_list / _save / _delete and
+    # reviewer_groups_list / _save; issue 24 destinations_list / _create / _get / _change /
+    # _delete / _deliveries / _redeliver
+    assert len(operations) == 29
     assert len({op["operationId"] for _, _, op in operations}) == len(operations)
     for path, method, op in operations:
         where = f"{method.upper()} {path}"
@@ -213,6 +214,13 @@ def fuzz_world(
     tasks += [task_in(S.NEEDS_RECONCILIATION, owner=owner) for owner in ("alice", "bob")]
     tasks += [task_in(state) for state in (S.RUNNING, S.AWAITING_INPUT, S.COMPLETED)]
     export = ok(api("olga").post("/api/v1/audit/exports", {"tenant": "acme"}), 201)
+    rule = ok(
+        api("amy").post(
+            "/api/v1/approval-policies", {"tool": "deploy_service", "roles": ["operator"]}
+        ),
+        201,
+    )
+    destination, dead = a_destination_with_a_dead_letter()
     world = {
         "task_id": [task.pk for task in tasks],
         "effect_id": [str(pk) for pk in Effect.objects.values_list("pk", flat=True)],
@@ -223,6 +231,10 @@ def fuzz_world(
             for pk in ApiToken.objects.exclude(name__endswith=" api").values_list("pk", flat=True)
         ],
         "export_id": [export["id"]],
+        "rule_id": [str(rule["id"])],
+        # A destination of acme and a dead-lettered delivery of it (issue 24).
+        "destination_id": [str(destination.pk)],
+        "delivery_id": [str(dead.pk)],
         "callers": [api_tokens[name] for name in ("olga", "alice", "carl", "amy")],
         "requests": Counter(),
         "twisted": Counter(),
@@ -233,6 +245,36 @@ def fuzz_world(
     assert sent >= MIN_REQUESTS, f"only {sent} generated requests were sent"
     twisted = sum(world["twisted"].values())
     assert twisted >= sent // 4, f"only {twisted} of {sent} requests were twisted"
+
+
+def a_destination_with_a_dead_letter() -> tuple[Any, Any]:
+    from django.contrib.auth import get_user_model
+
+    from audit.record import Actor
+    from mcptasks.models import Delivery, DeliveryState, Tenant
+    from mcptasks.outbox import destinations
+    from mcptasks.sinks.webhook import new_secret
+
+    amy = get_user_model().objects.get(username="amy")
+    destination = destinations.create(
+        tenant=Tenant.objects.get(slug="acme"),
+        actor=Actor.for_user(amy),
+        created_by=amy,
+        name="fuzzed",
+        kind="webhook",
+        config={"url": "http://127.0.0.1:9/hook"},
+        secret=new_secret(),
+        events=["task.completed"],
+    )
+    dead = Delivery.objects.create(
+        destination=destination,
+        tenant=destination.tenant,
+        event_id="evt_fuzz",
+        event_type="task.completed",
+        ordering_key="task:x",
+        state=DeliveryState.DEAD,
+    )
+    return destination, dead
 
 
 def operations(api_schema: Any) -> list[Any]:

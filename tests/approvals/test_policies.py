@@ -89,3 +89,18 @@ def test_a_tenant_admin_sets_a_reviewer_group_of_members_only(
     assert ok(api("olga").get("/api/v1/reviewer-groups")) == []
     changed = AuditEvent.objects.filter(action="approval.group_changed").order_by("seq")
     assert [e.data["members"] for e in changed] == [["adam", "olga"], ["adam"]]
+
+
+def test_a_tenant_admin_deletes_a_rule_through_the_api_and_gates_fall_back_to_the_default(
+    api: Any, release_managers: list[Any]
+) -> None:
+    rule = ok(api("amy").post("/api/v1/approval-policies", PRODUCTION_RULE), 201)
+    path = f"/api/v1/approval-policies/{rule['id']}"
+    problem(api("olga").client.delete(path), 403)  # an operator, not the tenant's admin
+    problem(api("bob").client.delete(path), 404)  # another tenant's member
+    assert api("amy").client.delete(path).status_code == 204
+    problem(api("amy").client.delete(path), 404)  # nothing active left
+    assert ok(api("amy").get("/api/v1/approval-policies")) == []
+    assert resolve_default("production")["required"] == 1
+    deleted = AuditEvent.objects.filter(action="approval.policy_changed").order_by("seq").last()
+    assert deleted is not None and (deleted.data["deleted"], deleted.data["version"]) == (True, 2)

@@ -73,3 +73,14 @@ def test_operations_figures_on_the_page_and_metrics_match_the_database(
         "<td data-running>1</td>" in html
     )
     assert client_for("alice").get(reverse("dashboard:operations")).status_code == 403
+
+
+@pytest.mark.parametrize(
+    ("name", "linked"), [("olga", True), ("alice", False), ("amy", False), ("carl", False)]
+)
+def test_the_operations_link_is_in_the_navigation_of_operators_only(client_for, name, linked):
+    url = reverse("dashboard:operations")
+    page = client_for(name).get(reverse("dashboard:tasks"))
+    assert page.status_code == 200
+    assert (f'href="{url}"' in page.content.decode()) is linked
+    assert client_for(name).get(url).status_code == (200 if linked else 403)

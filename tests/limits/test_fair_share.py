@@ -118,3 +118,31 @@ def test_a_worker_keeper_runs_the_sweeps_when_beats_are_late(caps, cast, make_ta
     assert keeper.tick("w1@host", 2) is False
     sweeps.run_all()
     assert keeper.tick("w2@host", 1) is False
+
+
+def test_a_finished_run_below_the_caps_sends_no_second_message(caps, cast, make_task):
+    """Below its caps no claim of the tenant was refused: each queued task still has its own
+    message on the way, so a finished run delivers nothing more (issue 22, B6)."""
+    caps.MCPTASKS_MAX_RUNNING_TASKS_PER_TENANT = 8
+    caps.MCPTASKS_MAX_RUNNING_TASKS_PER_PRINCIPAL = 4
+    first, _waiting = make_task("alice"), make_task("alice")
+    claim(first)
+    lifecycle.task_complete(task_id=first.pk, attempt=1, result={"content": []})
+    embedded.clear()
+    fairshare.dispatch_ready(first.pk)
+    assert embedded.pending() == 0
+
+
+def test_a_finished_run_at_the_principals_cap_delivers_that_principals_next_task(
+    caps, cast, make_task
+):
+    caps.MCPTASKS_MAX_RUNNING_TASKS_PER_PRINCIPAL = 1
+    first = make_task("alice")
+    adams, alices = make_task("adam"), make_task("alice")  # adam's is older
+    claim(first)
+    embedded.clear()
+    lifecycle.task_complete(task_id=first.pk, attempt=1, result={"content": []})
+    fairshare.dispatch_ready(first.pk)
+    assert embedded.drain() == 1
+    assert Task.objects.get(pk=alices.pk).state == TaskState.COMPLETED
+    assert Task.objects.get(pk=adams.pk).state == TaskState.QUEUED
