@@ -25,6 +25,7 @@ from audit import chain as audit_chain
 from audit.export import ExportFilters, ExportStream, dump_manifest, finish_export, verify_export
 from audit.models import ChainHead
 from dashboard import forms
+from dashboard.filter_disclosure import disclosure
 from dashboard.pages import (
     actor_for,
     current_tenant,
@@ -58,6 +59,13 @@ def _tenant_by_slug(slug: str) -> Tenant | None:
     return Tenant.objects.filter(slug=slug).first() if slug and slug != ALL_TENANTS else None
 
 
+def _default_audit_tenant(request: HttpRequest, choices: list[tuple[str, str]]) -> str:
+    """The tenant the audit list shows unless told: the switcher's, else the last readable."""
+    tenant = current_tenant(request)
+    slugs = [slug for slug, _ in choices]
+    return tenant.slug if tenant and tenant.slug in slugs else slugs[-1]
+
+
 def _audit_filters(
     request: HttpRequest, params: Any
 ) -> tuple[forms.AuditFilterForm, queries.AuditFilters | None, Tenant | None]:
@@ -65,9 +73,7 @@ def _audit_filters(
     choices = _audit_tenant_choices(request)
     data = params.copy()
     if "tenant" not in data and choices:
-        tenant = current_tenant(request)
-        slugs = [slug for slug, _ in choices]
-        data["tenant"] = tenant.slug if tenant and tenant.slug in slugs else slugs[-1]
+        data["tenant"] = _default_audit_tenant(request, choices)
     form = forms.AuditFilterForm(data, tenants=choices)
     if not choices or not form.is_valid():
         return form, None, None
@@ -113,8 +119,21 @@ def audit_list(request: HttpRequest) -> HttpResponse:
         else queries.Page(rows=[])
     )
     tenants = {tenant.pk: tenant for tenant in Tenant.objects.all()}
-    context = {"form": form, "page": result, "tenants": tenants, "actions": queries.AUDIT_ACTIONS}
-    if wants_fragment(request, "audit-results"):
+    choices = _audit_tenant_choices(request)
+    fragment = wants_fragment(request, "audit-results")
+    context = {
+        "form": form,
+        "page": result,
+        "tenants": tenants,
+        "actions": queries.AUDIT_ACTIONS,
+        "filters": disclosure(
+            form,
+            request.GET,
+            defaults={"tenant": _default_audit_tenant(request, choices) if choices else ""},
+        ),
+        "filters_oob": fragment,  # the swap also updates the summary's "N active"
+    }
+    if fragment:
         return render_fragment(request, "dashboard/_audit_results.html", context)
     return render_page(request, "dashboard/audit_list.html", context)
 

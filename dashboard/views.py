@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import forms
 from dashboard.approvals import approval_page
+from dashboard.filter_disclosure import disclosure
 from dashboard.pages import (
     SESSION_TENANT,
     actor_for,
@@ -162,6 +163,8 @@ def task_list(request: HttpRequest) -> HttpResponse:
         newer_than=request.GET.get("newer"),
         with_total=form.is_valid(),
     )
+    scope = current_tenant(request)
+    fragment = wants_fragment(request, "task-results")
     context = {
         "form": form,
         "page": result,
@@ -169,8 +172,12 @@ def task_list(request: HttpRequest) -> HttpResponse:
         "count_cap": queries.COUNT_CAP,
         "may_bulk": may_bulk(request),
         "first_page": not request.GET.get("older") and not request.GET.get("newer"),
+        "filters": disclosure(
+            form, request.GET, defaults={"tenant": scope.slug if scope else ""}, ignore={"sort"}
+        ),
+        "filters_oob": fragment,  # the swap also updates the summary's "N active"
     }
-    if wants_fragment(request, "task-results"):
+    if fragment:
         return render_fragment(request, "dashboard/_task_results.html", context)
     return render_page(request, "dashboard/tasks.html", context)
 

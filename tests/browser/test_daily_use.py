@@ -303,6 +303,8 @@ def fits_the_screen(page: Any) -> bool:
 def test_on_a_phone_actions_come_first_and_tables_reflow_into_cards(
     sign_in, mcp_as, backend, shoot
 ):
+    from tests.browser.conftest import axe_violations
+
     approval = mcp_as("alice").start("deploy_service", PRODUCTION)
     assert backend.run_task(approval) == "awaiting_operator"
     olga = sign_in("olga", **PHONE)
@@ -312,6 +314,12 @@ def test_on_a_phone_actions_come_first_and_tables_reflow_into_cards(
     expect(row.locator("td[data-label='Requester']")).to_be_visible()
     assert page.locator("table.tasks thead").bounding_box()["height"] <= 1
     assert fits_the_screen(page)
+    # The filters are a closed disclosure: the first task is on the first screen.
+    expect(page.locator("#id_q")).to_be_hidden()
+    assert page.locator("#task-results tbody tr").first.bounding_box()["y"] < PHONE["height"]
+    assert axe_violations(page) == []
+    page.get_by_text("Search and filters").click()  # opens without script help
+    expect(page.locator("#id_q")).to_be_visible()
     shoot(page, "phone-tasks")
 
     page.goto("/audit/")
@@ -319,6 +327,9 @@ def test_on_a_phone_actions_come_first_and_tables_reflow_into_cards(
     assert first.evaluate("r => getComputedStyle(r).display") == "block"
     expect(first.locator("td[data-label='Chain']")).to_be_visible()
     assert fits_the_screen(page)
+    expect(page.locator("#id_actor")).to_be_hidden()
+    assert first.bounding_box()["y"] < PHONE["height"]
+    assert axe_violations(page) == []
     shoot(page, "phone-audit")
 
     page.goto(f"/tasks/{approval}/")
@@ -328,7 +339,14 @@ def test_on_a_phone_actions_come_first_and_tables_reflow_into_cards(
     assert fits_the_screen(page)
     shoot(page, "phone-task")
 
+    page.goto("/tasks/?state=awaiting_operator")  # filtered: open, saying how many
+    expect(page.locator("details.filter-box")).to_have_attribute("open", "")
+    expect(page.locator("details.filter-box summary")).to_contain_text("(1 active)")
+
     desk = sign_in("olga")  # wide screens keep the two columns, actions beside the inputs
+    desk.page.goto("/tasks/")  # and show the filters whatever the disclosure's state
+    expect(desk.page.locator("#id_q")).to_be_visible()
+    expect(desk.page.locator("details.filter-box summary")).to_be_hidden()
     desk.page.goto(f"/tasks/{approval}/")
     side = desk.page.locator("#sec-actions").bounding_box()
     assert side["x"] > desk.page.locator("#sec-inputs").bounding_box()["x"] + 300

@@ -57,3 +57,28 @@ def test_the_total_is_counted_up_to_the_cap_and_said_to_be_more_beyond_it(
     capped = olga.get(reverse("dashboard:tasks"))
     assert capped.context["page"].total_capped
     assert "More than 3 tasks match" in capped.content.decode()
+
+
+def test_the_count_groups_thousands_as_the_locale_does(client_for, make_task):
+    from mcptasks import queries
+    from mcptasks.models import Task, new_task_id
+
+    # Rows copied directly (as bench/page_timing.py seeds): the count is all that is looked at.
+    template = make_task("alice")
+    olga = client_for("olga")
+
+    def copies(count: int) -> None:
+        rows = []
+        for _ in range(count):
+            row = Task.objects.get(pk=template.pk)
+            row.pk = new_task_id()
+            row.creation_key = None
+            rows.append(row)
+        Task.objects.bulk_create(rows)
+
+    copies(queries.COUNT_CAP - 1)
+    exact = olga.get(reverse("dashboard:tasks")).content.decode()
+    assert "1,000 tasks match" in exact
+    copies(1)
+    capped = olga.get(reverse("dashboard:tasks")).content.decode()
+    assert "More than 1,000 tasks match" in capped
