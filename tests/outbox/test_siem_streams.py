@@ -4,8 +4,8 @@ of kind ``syslog`` (CEF over TCP, and over TLS) and ``splunk_hec`` (OCSF bodies)
 the outbox's jobs to real local collectors (tests/sinks/conftest.py). At the receivers: every
 event of the chain from the subscription's start, in chain order, sequences continuous and
 links matching the stored rows; each CEF line parses and carries chain, sequence and hashes;
-each OCSF event has its class's required fields; and a receiver-side continuity check finds a
-dropped frame."""
+each OCSF event has its class's required fields; a receiver-side continuity check finds a
+dropped frame, and the gap a dead-lettered batch leaves (filled again by its redelivery)."""
 
 from __future__ import annotations
 
@@ -93,16 +93,18 @@ def create_destination(
     )
 
 
-def run_tasks_and_deliver(
-    make_task: Callable[..., Any], run_jobs: Callable[[], int], streams: list[Destination]
-) -> None:
-    """Audit events from real tasks (created, started, completed …), then the outbox's jobs and
-    sweeps until every stream has taken the chain up to its head and nothing is left open."""
+def run_tasks(make_task: Callable[..., Any], run_jobs: Callable[[], int]) -> None:
+    """Audit events from real tasks (created, started, completed …)."""
     for n in range(4):
         task = make_task(arguments={"text": f"n{n}"})
         run_jobs()
         run_task(task.pk)
     run_jobs()
+
+
+def catch_up(run_jobs: Callable[[], int], streams: list[Destination]) -> None:
+    """The outbox's jobs and sweeps until every stream has taken the chain up to its head and
+    no delivery is left open (pending or delivering)."""
     for _ in range(50):
         delivery.sweep(grace_s=0)  # events no task change woke (the destinations' creation)
         run_jobs()
@@ -110,10 +112,18 @@ def run_tasks_and_deliver(
         cursors = {d.pk: Destination.objects.get(pk=d.pk).audit_cursor for d in streams}
         if (
             set(cursors.values()) == {head}
-            and not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
+            and not Delivery.objects.filter(state__in=delivery.OPEN_STATES).exists()
         ):
             return
     raise AssertionError(f"streams did not catch up: head {head}, cursors {cursors}")
+
+
+def run_tasks_and_deliver(
+    make_task: Callable[..., Any], run_jobs: Callable[[], int], streams: list[Destination]
+) -> None:
+    run_tasks(make_task, run_jobs)
+    catch_up(run_jobs, streams)
+    assert not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
 
 
 def expected_rows(stream: Destination) -> tuple[list[AuditEvent], str]:
@@ -319,3 +329,71 @@ def test_a_frame_lost_between_sender_and_collector_shows_as_a_gap_in_the_sequenc
     assert continuity_problems(
         tampered, after_seq=hec_stream.audit_cursor, after_hash=hec_start
     ) == [f"seq {forged.sequence}: prev_hash is not seq {forged.sequence - 1}'s hash"]
+
+
+def test_a_dead_lettered_batch_leaves_a_gap_the_receiver_sees_and_redelivery_fills(
+    cast: dict[str, dict[str, Any]],
+    http_receivers: Callable[..., Any],
+    make_task: Callable[..., Any],
+    run_jobs: Callable[[], int],
+    settings: Any,
+) -> None:
+    """The product's own gap: HEC refuses one batch for good (400), the batch is dead-lettered
+    and the stream goes on after it (docs/audit.md); the receiver's check names the missing
+    sequences; an admin's redelivery sends them, and the stream is whole again."""
+    settings.MCPTASKS_OUTBOX_AUDIT_BATCH = 3
+    refused: list[int] = []
+    accepted: list[bytes] = []
+
+    def respond(request: Any) -> tuple[int, bytes]:
+        sequences = [
+            json.loads(line)["event"]["metadata"]["sequence"]
+            for line in request.body.decode().split("\n")
+        ]
+        if not refused and target in sequences:
+            refused.extend(sequences)
+            return 400, b'{"text":"Invalid data format","code":6,"invalid-event-number":0}'
+        accepted.append(request.body)
+        return 200, b'{"text":"Success","code":0}'
+
+    hec = http_receivers(respond)
+    stream = create_destination(
+        cast, "splunk", "splunk_hec", {"url": hec.url, "format": "ocsf"}, HEC_TOKEN
+    )
+    target = stream.audit_cursor + 5  # in a later batch of at most three
+    run_tasks(make_task, run_jobs)
+    catch_up(run_jobs, [stream])
+    [dead] = Delivery.objects.filter(destination=stream, state=DeliveryState.DEAD)
+    assert "Splunk HEC answered 400: Invalid data format" in dead.last_error
+    # (batches are cut as events come: where this one starts depends on the wake-ups)
+    assert target in refused and refused == list(range(refused[0], refused[0] + len(refused)))
+
+    def links() -> list[Link]:
+        """What the receiver accepted, as it reads it from the OCSF events."""
+        stored = [
+            json.loads(line)["event"]["unmapped"]["mcptasks_audit"]
+            for body in accepted
+            for line in body.decode().split("\n")
+        ]
+        return [Link(event["seq"], event["prev_hash"], event["hash"]) for event in stored]
+
+    rows, start_hash = expected_rows(stream)
+    got = links()
+    assert [link.sequence for link in got] == [r.seq for r in rows if r.seq not in refused]
+    first, last = refused[0], refused[-1]
+    missing = f"{first}–{last}" if last > first else f"{first}"
+    assert continuity_problems(got, after_seq=stream.audit_cursor, after_hash=start_hash) == [
+        f"gap: expected seq {first}, got {last + 1} (missing {missing})"
+    ]
+    amy = cast["amy"]["user"]
+    delivery.redeliver(delivery=dead, user=amy, actor=Actor.for_user(amy), reason="HEC fixed")
+    catch_up(run_jobs, [stream])
+    assert not Delivery.objects.exclude(state=DeliveryState.DELIVERED).exists()
+    # At least once, in any order after a redelivery: the receiver orders by sequence and
+    # de-duplicates on the event id; the stream is then whole, up to the redelivery's own event.
+    by_seq = {link.sequence: link for link in links()}
+    rows, start_hash = expected_rows(stream)
+    assert sorted(by_seq) == [r.seq for r in rows]
+    whole = [by_seq[seq] for seq in sorted(by_seq)]
+    assert continuity_problems(whole, after_seq=stream.audit_cursor, after_hash=start_hash) == []
+    assert rows[-1].action == "destination.redelivered"
