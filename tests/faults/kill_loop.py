@@ -82,9 +82,13 @@ def run_iteration(
     cancelled = rng.random() < cancel_share
     if cancelled:
         owner = Task.objects.select_related("principal").get(pk=task_id).principal
-        lifecycle.task_request_cancel(
+        answer = lifecycle.task_request_cancel(
             task_id=task_id, actor=Actor.for_user(owner, kind="principal"), reason="gave up"
         )
+        # The run can finish between reading its lease and the kill: then the task was already
+        # terminal, no intent was recorded (an idempotent no-op), and it is held to the promise
+        # of a task that was not cancelled (every step outcome kept).
+        cancelled = answer.cancel_requested_at is not None
     try:
         wait_for(
             lambda: checks.all_terminal([task_id]),
