@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 from guardian.shortcuts import assign_perm, remove_perm
 
+from mcptasks import limits
 from mcptasks.models import (
     ApiToken,
     Audience,
@@ -180,6 +181,40 @@ def get_visible_task(user: Any, task_id: Any, related: tuple[str, ...] = ()) -> 
     if not isinstance(task_id, str) or not task_id or len(task_id) > 64:
         return None
     return visible_tasks(user).select_related("tenant", *related).filter(pk=task_id).first()
+
+
+class TaskHidden(LookupError):
+    """No task this actor may see has this id (unknown, foreign, expired): every channel says
+    "not found" (MCP -32602, REST 404, dashboard 404)."""
+
+
+class Refused(PermissionError):
+    """The actor may see the task but not do this to it (MCP -32602, REST 403, dashboard 403)."""
+
+    def __init__(self, task: Task, decision: Decision) -> None:
+        super().__init__(decision.reason)
+        self.task = task
+        self.decision = decision
+
+
+def task_for(
+    user: Any, task_id: Any, action: Action = Action.VIEW, *, related: tuple[str, ...] = ()
+) -> Task:
+    """The doorway: the task ``user`` may do ``action`` to, fetched and decided in one call, on
+    every channel (MCP, REST, dashboard, consumers). Raises :class:`TaskHidden` when the user
+    may not see it (the miss counts against their budget of unknown-id lookups, past which
+    ``limits.Throttled`` is raised) and :class:`Refused` when they may see it but not do
+    ``action``."""
+    task = get_visible_task(user, task_id, related)
+    if task is None:
+        if user is not None and user.is_authenticated:
+            limits.check_unknown_lookup(principal_id=user.pk, task_id=str(task_id)[:64])
+        raise TaskHidden(str(task_id)[:64])
+    if action != Action.VIEW:
+        decision = can(user, action, task)
+        if not decision:
+            raise Refused(task, decision)
+    return task
 
 
 def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:
