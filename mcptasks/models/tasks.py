@@ -1,0 +1,177 @@
+"""Tasks: the durable task row, its replay steps and its per-task delegations.
+
+Task state is written through ``mcptasks.lifecycle`` only; ``save()`` carries no logic.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
+
+from mcptasks.models.principals import ApiToken, Tenant
+
+
+def new_task_id() -> str:
+    """A 192-bit url-safe random id (DESIGN §3: ≥128 bits from `secrets`)."""
+    return secrets.token_urlsafe(24)
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SLEEPING = "sleeping"
+    AWAITING_INPUT = "awaiting_input"
+    AWAITING_OPERATOR = "awaiting_operator"
+    NEEDS_RECONCILIATION = "needs_reconciliation"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
+ACTIVE_STATES = frozenset(set(TaskState) - TERMINAL_STATES)
+
+
+class Task(models.Model):
+    id = models.CharField(primary_key=True, max_length=64, default=new_task_id, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tasks")
+    principal = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks"
+    )
+    token = models.ForeignKey(
+        ApiToken, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks"
+    )
+    tool_name = models.CharField(max_length=128)
+    arguments = models.JSONField(default=dict)
+    argument_digest = models.CharField(max_length=64)
+    server_build = models.CharField(max_length=100)
+    policy_revision = models.CharField(max_length=64)
+    backend_job_id = models.CharField(max_length=200, blank=True, default="")
+    state = models.CharField(max_length=24, choices=TaskState.choices, default=TaskState.QUEUED)
+    status_message = models.TextField(blank=True, default="")
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    ttl_ms = models.BigIntegerField(null=True, blank=True)
+    poll_interval_ms = models.IntegerField(default=1000)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    cancel_reason = models.TextField(blank=True, default="")
+    lease_owner = models.CharField(max_length=100, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempt = models.IntegerField(default=0)  # fencing token: bumped by every claim
+    # Attempts lost with their worker (lease expired, re-queued by the reaper): the limit
+    # MCPTASKS_MAX_ATTEMPTS counts these, not resumes after a timer or an answer.
+    lost_attempts = models.IntegerField(default=0)
+    version = models.IntegerField(default=1)  # bumped by every visible change
+    wake_at = models.DateTimeField(null=True, blank=True)
+    client_capabilities = models.JSONField(default=dict)
+    # Idempotency of creation: the MRTR requestState nonce or a client idempotency key.
+    creation_key = models.CharField(max_length=128, null=True, blank=True)
+    # The step keys of the first run, in order: a replay that diverges fails the task.
+    step_log = models.JSONField(default=list)
+    # What a completed task came to beyond its wire status: "rejected" when an approval gate of
+    # it was rejected (the wire still says completed; the dashboard, filters and audit say so).
+    outcome = models.CharField(max_length=16, blank=True, default="")
+    # What the dashboard's search reads (mcptasks/search.py): redacted, lower-cased text, each
+    # with a trigram index on PostgreSQL (migration 0004).
+    search_summary = models.TextField(blank=True, default="", editable=False)
+    search_status = models.TextField(blank=True, default="", editable=False)
+    # Failures that explain themselves (mcptasks/failures.py): the id in every log line of the
+    # task (web and worker), what a failed run raised and in which step, and the task a retry
+    # started from.
+    correlation_id = models.CharField(max_length=64, blank=True, default="")
+    # The W3C traceparent of the task's creation span (mcptasks/tracing.py): every worker run
+    # joins that trace, whoever delivered it. Empty when tracing was off.
+    traceparent = models.CharField(max_length=64, blank=True, default="")
+    failure = models.JSONField(null=True, blank=True)
+    retry_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["tenant", "-created_at"], name="task_tenant_created"),
+            models.Index(fields=["tenant", "-updated_at"], name="task_tenant_updated"),
+            models.Index(fields=["principal", "-created_at"], name="task_principal_created"),
+            models.Index(fields=["state", "wake_at"], name="task_state_wake"),
+            models.Index(fields=["state", "lease_expires_at"], name="task_state_lease"),
+            models.Index(fields=["state", "expires_at"], name="task_state_expires"),
+            models.Index(fields=["backend_job_id"], name="task_backend_job"),
+            # The dashboard's state and tool filters, in created order: their pages and their
+            # (capped) counts read the matching rows only, at any table size (B4).
+            models.Index(
+                fields=["tenant", "state", "-created_at"], name="task_tenant_state_created"
+            ),
+            models.Index(
+                fields=["tenant", "tool_name", "-created_at"], name="task_tenant_tool_created"
+            ),
+            # The active-task limits count only these rows at every creation.
+            models.Index(
+                fields=["principal"],
+                name="task_active_principal",
+                condition=models.Q(state__in=sorted(ACTIVE_STATES)),
+            ),
+            models.Index(
+                fields=["tenant"],
+                name="task_active_tenant",
+                condition=models.Q(state__in=sorted(ACTIVE_STATES)),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["principal", "creation_key"],
+                condition=models.Q(creation_key__isnull=False),
+                name="task_creation_key_unique",
+            )
+        ]
+        permissions = [("answer_task", "May answer the task's operator input requests")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name}:{self.id[:8]} ({self.state})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+    @property
+    def trace_id(self) -> str:
+        """The OpenTelemetry trace id of the task ("" when it was created with tracing off)."""
+        from mcptasks.tracing import trace_id_of
+
+        return trace_id_of(self.traceparent)
+
+
+class TaskUserObjectPermission(UserObjectPermissionBase):
+    """Per-task delegations (django-guardian, direct foreign key). Used only by access.py."""
+
+    content_object = models.ForeignKey(Task, on_delete=models.CASCADE)
+
+
+class TaskGroupObjectPermission(GroupObjectPermissionBase):
+    content_object = models.ForeignKey(Task, on_delete=models.CASCADE)
+
+
+class TaskStep(models.Model):
+    """A recorded replay step (now, uuid, sleep, job…): its outcome is returned on replay."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="steps")
+    key = models.CharField(max_length=200)
+    kind = models.CharField(max_length=32)
+    value = models.JSONField(null=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "key"], name="step_unique_key")]
