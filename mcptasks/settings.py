@@ -1,96 +1,32 @@
-"""Settings for mcptasks: one file, read from environment variables.
+"""Settings for mcptasks: one module, read from environment variables.
 
 With no variables set it boots the embedded default (SQLite under ``var/``, in-memory channel
 layer, in-process worker). ``DATABASE_URL`` and ``REDIS_URL`` switch to PostgreSQL and Redis.
+The parsing of variables (types, keys, URLs, databases) is in ``mcptasks.conf``; every
+``MCPTASKS_*`` variable read here has a row in README.md's settings table
+(``tests/core/test_settings_declared.py``).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import urlparse
 
-from django.core.exceptions import ImproperlyConfigured
+from mcptasks.conf import (
+    env_bool,
+    env_int,
+    env_json_object,
+    env_list,
+    env_str,
+    parse_redis_url,
+    postgres_database,
+    secret,
+    sqlite_database,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("MCPTASKS_VAR_DIR", BASE_DIR / "var"))
-
-
-# ---------------------------------------------------------------- env helpers
-def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default).strip()
-
-
-def env_bool(name: str, default: bool = False) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    value = raw.strip().lower()
-    if value in {"1", "true", "yes", "on"}:
-        return True
-    if value in {"0", "false", "no", "off"}:
-        return False
-    raise ImproperlyConfigured(f"{name} must be a boolean (true/false), got {raw!r}")
-
-
-def env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} must be an integer, got {raw!r}") from None
-
-
-def env_list(name: str, default: list[str]) -> list[str]:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    return [item.strip() for item in raw.split(",") if item.strip()]
-
-
-def local_key(filename: str) -> str:
-    """Return a key kept under var/ for the embedded default, creating it on first use."""
-    path = VAR_DIR / filename
-    if path.exists():
-        return path.read_text().strip()
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_urlsafe(48)
-    path.write_text(key)
-    path.chmod(0o600)
-    return key
-
-
-def secret(name: str, filename: str) -> str:
-    value = env_str(name)
-    if value:
-        return value
-    if PRODUCTION:
-        raise ImproperlyConfigured(f"{name} must be set when DATABASE_URL or REDIS_URL is set")
-    return local_key(filename)
-
-
-def parse_redis_url(name: str, raw: str) -> tuple[str, int]:
-    """Validate a redis:// URL and return (url without db, db number)."""
-    parsed = urlparse(raw)
-    if parsed.scheme not in {"redis", "rediss"} or not parsed.hostname:
-        raise ImproperlyConfigured(
-            f"{name} must look like redis://host:6379/0, got {raw!r} (scheme or host missing)"
-        )
-    try:
-        parsed.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise ImproperlyConfigured(f"{name} has an invalid port: {raw!r}") from None
-    path = parsed.path.strip("/")
-    if path and not path.isdigit():
-        raise ImproperlyConfigured(f"{name} database must be a number, got {path!r} in {raw!r}")
-    base = raw.split("?")[0]
-    base = base[: len(base) - len(parsed.path)] if parsed.path else base
-    return base, int(path or 0)
 
 
 # ---------------------------------------------------------------- mode
@@ -99,10 +35,14 @@ REDIS_URL = env_str("REDIS_URL")
 PRODUCTION = bool(DATABASE_URL or REDIS_URL)
 DEBUG = env_bool("DEBUG", default=not PRODUCTION)
 
-SECRET_KEY = secret("SECRET_KEY", "secret_key")
+SECRET_KEY = secret("SECRET_KEY", "secret_key", production=PRODUCTION, var_dir=VAR_DIR)
 # Key for MRTR requestState (Fernet, AEAD); derived material lives in mcptasks.protocol.
-REQUEST_STATE_KEY = secret("MCPTASKS_REQUEST_STATE_KEY", "request_state_key")
-AUDIT_SIGNING_KEY = secret("MCPTASKS_AUDIT_SIGNING_KEY", "audit_signing_key")
+REQUEST_STATE_KEY = secret(
+    "MCPTASKS_REQUEST_STATE_KEY", "request_state_key", production=PRODUCTION, var_dir=VAR_DIR
+)
+AUDIT_SIGNING_KEY = secret(
+    "MCPTASKS_AUDIT_SIGNING_KEY", "audit_signing_key", production=PRODUCTION, var_dir=VAR_DIR
+)
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "::1"])
 # Browser origins accepted on /mcp besides loopback ones (PROTOCOL T2).
@@ -176,49 +116,10 @@ AUTHENTICATION_BACKENDS = [
 ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
 
 # ---------------------------------------------------------------- database
-if DATABASE_URL:
-    import dj_database_url
-
-    parsed_db = urlparse(DATABASE_URL)
-    if parsed_db.scheme not in {"postgres", "postgresql", "pgsql"} or not parsed_db.path.strip("/"):
-        raise ImproperlyConfigured(
-            "DATABASE_URL must look like postgres://user@host:5432/dbname, "
-            f"got {DATABASE_URL!r} (only PostgreSQL is supported)"
-        )
-    try:
-        _db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
-    except Exception as exc:
-        raise ImproperlyConfigured(f"DATABASE_URL is malformed: {exc}") from None
-    if env_bool("DATABASE_POOL", default=True):
-        _db["OPTIONS"] = {
-            "pool": {
-                "min_size": env_int("DATABASE_POOL_MIN", 1),
-                "max_size": env_int("DATABASE_POOL_MAX", 20),
-                "timeout": 10,
-            }
-        }
-    DATABASES = {"default": _db}
-else:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": env_str("SQLITE_PATH", str(VAR_DIR / "mcptasks.sqlite3")),
-            # Keep each thread's connection: opening one (and its PRAGMAs) costs milliseconds.
-            "CONN_MAX_AGE": None,
-            "OPTIONS": {
-                # WAL lets readers run beside the single writer; IMMEDIATE takes the write lock
-                # at BEGIN so two writers queue on the busy timeout instead of failing with
-                # "database is locked" when a read transaction tries to upgrade.
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-                "transaction_mode": "IMMEDIATE",
-                "timeout": 30,
-            },
-            # A file, not :memory:, so tests exercise WAL and concurrent writers like production;
-            # one per test process, so concurrent test runs never share it.
-            "TEST": {"NAME": str(VAR_DIR / f"test-mcptasks-{os.getpid()}.sqlite3")},
-        }
-    }
+# PostgreSQL from DATABASE_URL (DATABASE_POOL, _MIN, _MAX) or SQLite under VAR_DIR (SQLITE_PATH).
+DATABASES = {
+    "default": postgres_database(DATABASE_URL) if DATABASE_URL else sqlite_database(VAR_DIR)
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # PostgreSQL role of web, worker and beat: `migrate` (run as the owner) grants it what it may do,
 # which excludes UPDATE, DELETE and TRUNCATE of audit rows (mcptasks/dbroles.py).
@@ -524,17 +425,9 @@ MCPTASKS_AUDIT_DIGEST_SIGNING_KEY = (
 MCPTASKS_AUDIT_DIGEST_STORAGE = env_str(
     "MCPTASKS_AUDIT_DIGEST_STORAGE", "django.core.files.storage.FileSystemStorage"
 )
-try:
-    MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS = json.loads(
-        env_str("MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS")
-        or json.dumps({"location": str(VAR_DIR / "audit-digests")})
-    )
-except ValueError:
-    raise ImproperlyConfigured(
-        "MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS must be a JSON object"
-    ) from None
-if not isinstance(MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS, dict):
-    raise ImproperlyConfigured("MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS must be a JSON object")
+MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS = env_json_object(
+    "MCPTASKS_AUDIT_DIGEST_STORAGE_OPTIONS", {"location": str(VAR_DIR / "audit-digests")}
+)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
