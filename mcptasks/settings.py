@@ -147,6 +147,7 @@ if REDIS_URL:
     MCPTASKS_EMBEDDED_WORKER = False
 else:
     CELERY_BROKER_URL = "memory://"
+    CHANNEL_REDIS_URL = ""  # no Redis channel layer (mcptasks.health checks it only with Redis)
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     # Jobs run on the worker thread that `manage.py serve` starts (mcptasks.embedded).
     MCPTASKS_EMBEDDED_WORKER = True
