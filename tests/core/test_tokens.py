@@ -56,7 +56,9 @@ def test_secret_is_compared_in_constant_time(issued):
     token, plaintext = issued
     _, secret = ApiToken.split(plaintext)
 
-    with mock.patch("mcptasks.models.principals.hmac.compare_digest", wraps=hmac.compare_digest) as compare:
+    with mock.patch(
+        "mcptasks.models.principals.hmac.compare_digest", wraps=hmac.compare_digest
+    ) as compare:
         assert token.matches(secret)
 
     compare.assert_called_once_with(token.secret_hash, hashlib.sha256(secret.encode()).hexdigest())
