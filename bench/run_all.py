@@ -36,7 +36,8 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.only == "peers":
         ok = run(["bench/peers.py"])
-        print_peers()
+        if ok:
+            print_peers()
         sys.exit(0 if ok else 1)
     ok = {
         "hot": run(["bench/hot_paths.py"]),
