@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import subprocess
@@ -45,6 +46,7 @@ from bench.peer_client import Peer, end_to_end, one_call
 
 TARGETS = {"get": 3.0, "create": 1.5, "e2e": 1.5}
 CREATE_P99_TARGET_MS = 50.0
+OPEN_LOOP_ANSWERS = 200
 
 
 class Process:
@@ -199,7 +201,8 @@ def measure(peers: dict[str, Peer], args: argparse.Namespace, pids: set[int]) ->
                 peer.url,
                 body=peer.call_body(),
                 headers=peer.headers("tools/call"),
-                seconds=args.seconds,
+                # hey prints a p99 only from 100 answers on
+                seconds=max(args.seconds, math.ceil(OPEN_LOOP_ANSWERS / half)),
                 concurrency=8,
                 rate=half,
             )

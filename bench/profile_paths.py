@@ -45,6 +45,7 @@ def count(kind: str, sql: str | None = None) -> None:
 def instrument() -> None:
     """Count what psycopg and redis-py send, in every thread (class-level wrappers)."""
     import psycopg
+    import redis.asyncio.connection
     import redis.connection
 
     def wrap(cls: Any, name: str, kind: str, text: bool = False) -> None:
@@ -68,7 +69,8 @@ def instrument() -> None:
     wrap(psycopg.Connection, "commit", "commit")
     wrap(psycopg.Connection, "rollback", "rollback")
     wrap(psycopg.AsyncConnection, "commit", "commit")
-    wrap(redis.connection.Connection, "send_packed_command", "redis")
+    wrap(redis.connection.Connection, "send_packed_command", "redis")  # Celery's broker
+    wrap(redis.asyncio.connection.AbstractConnection, "send_packed_command", "redis_async")
 
 
 async def asgi_post(app: Any, peer: Peer, body: bytes, method: str) -> dict[str, Any]:
@@ -118,6 +120,7 @@ def per_task(n: int, work: Any) -> dict[str, Any]:
         "commits": COUNTS["commit"] / n,
         "rollbacks": COUNTS["rollback"] / n,
         "redis_round_trips": COUNTS["redis"] / n,
+        "redis_async_round_trips": COUNTS["redis_async"] / n,  # the channel layer's
         "by_statement": {sql: c / n for sql, c in STATEMENTS.most_common(40)},
     }
 
@@ -153,14 +156,18 @@ def profile(n: int, phase: str, token: str) -> dict[str, Any]:
 SETUP_FRAMES = ("seed (", "_find_and_load", "django/__init__.py", "bench_database (")
 
 
-def spy_top(raw: Path, limit: int = 25) -> dict[str, list[tuple[str, float]]]:
-    """Self and inclusive sample shares of the functions in a py-spy raw (collapsed) file."""
+def spy_top(
+    raw: Path, require: str | None = None, limit: int = 25
+) -> dict[str, list[tuple[str, float]]]:
+    """Self and inclusive sample shares of the functions in a py-spy raw (collapsed) file
+    (``--gil``: the thread holding the GIL, so on-CPU Python time), setup excluded; with
+    ``require``, only the stacks through that frame."""
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
     for line in raw.read_text().splitlines():
         stack, _, samples = line.rpartition(" ")
-        if any(skip in stack for skip in SETUP_FRAMES):
+        if any(skip in stack for skip in SETUP_FRAMES) or (require and require not in stack):
             continue
         frames = stack.split(";")
         n = int(samples)
@@ -206,14 +213,16 @@ def main() -> None:
             raw = RESULTS / f"profile_{phase}.spy.txt"
             subprocess.run(
                 [
-                    *(str(BIN / "py-spy"), "record", "-r", "400", "-f", "raw", "-o", str(raw)),
+                    *(str(BIN / "py-spy"), "record", "--gil", "-r", "400", "-f", "raw"),
+                    *("-o", str(raw)),
                     *("--", sys.executable, __file__, "--phase", phase),
                     *("--count", str(args.count), "--out", f"profile_{phase}_spied.json"),
                 ],
                 check=True,
                 capture_output=True,
             )
-            results[f"spy_{phase}"] = spy_top(raw)
+            # the worker phase creates its tasks first, in the server's threads: not counted
+            results[f"spy_{phase}"] = spy_top(raw, "per_task (" if phase == "worker" else None)
     (RESULTS / args.out).write_text(json.dumps(results, indent=2))
     for phase in ("create", "worker"):
         if phase in results:
@@ -221,7 +230,8 @@ def main() -> None:
             print(
                 f"{phase}: {row['cpu_ms']:.2f} ms CPU, {row['wall_ms']:.2f} ms wall, "
                 f"{row['statements']:.1f} statements, {row['commits']:.1f} commits, "
-                f"{row['redis_round_trips']:.1f} Redis round trips per task"
+                f"{row['redis_round_trips']:.1f} + {row['redis_async_round_trips']:.1f} Redis "
+                "round trips (broker + channel layer) per task"
             )
             for sql, c in list(row["by_statement"].items())[:15]:
                 print(f"   {c:5.2f}  {sql}")
