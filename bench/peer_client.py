@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import percentile
+from bench.common import percentile, read_response
 
 VERSION = "2026-07-28"
 META = {
@@ -85,27 +85,6 @@ class Connection:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    head = await reader.readuntil(b"\r\n\r\n")
-    status = int(head.split(b" ", 2)[1])
-    length, chunked = 0, False
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value)
-        elif name.strip().lower() == b"transfer-encoding" and b"chunked" in value:
-            chunked = True
-    if not chunked:
-        return status, await reader.readexactly(length)
-    body = b""
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-        chunk = await reader.readexactly(size + 2)
-        if size == 0:
-            return status, body
-        body += chunk[:-2]
 
 
 async def run_task(connection: Connection) -> tuple[str, int]:

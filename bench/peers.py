@@ -19,7 +19,8 @@ Workloads, each in ``--rounds`` rounds with the servers alternating inside a rou
   time, by a small keep-alive asyncio client (``bench/peer_client.py``).
 Every answer's shape is checked once before the load (``hey`` counts status codes only), and
 after a creation run the next measurement waits until the servers and workers are idle again.
-The JSON goes to ``bench/results/peers.json``.
+The JSON goes to ``bench/results/peers.json`` (``--out``); the servers' logs to
+``bench/results/peers_logs/<pid>/``, removed after a run that ended well.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import asyncio
 import json
 import math
 import os
+import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +40,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import BIN, REPO, RESULTS, bench_database, free_port, median
+from bench.common import (
+    BIN,
+    RESULTS,
+    Child,
+    bench_database,
+    free_port,
+    median,
+    tree_cpu_s,
+    uvicorn_argv,
+)
 from bench.end_to_end import server_env
 from bench.hot_paths import hey, summary
 from bench.peer_client import Peer, end_to_end, one_call
@@ -47,44 +57,18 @@ from bench.peer_client import Peer, end_to_end, one_call
 TARGETS = {"get": 3.0, "create": 1.5, "e2e": 1.5}
 CREATE_P99_TARGET_MS = 50.0
 OPEN_LOOP_ANSWERS = 200
+# This run's server logs (kept after a failure): a run beside another never shares a file.
+LOGS = RESULTS / "peers_logs" / str(os.getpid())
 
 
-class Process:
-    """A child process in its own session (so its workers go with it), stopped by ``stop``."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
-        self.name = name
-        self.log = open(RESULTS / f"peers_{name}.log", "w")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self) -> None:
-        if self.alive():
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=5)
-        self.log.close()
-
-
-def start(stack: ExitStack, name: str, argv: list[str], env: dict[str, str]) -> Process:
-    process = Process(name, argv, env)
-    stack.callback(process.stop)
+def start(stack: ExitStack, name: str, argv: list[str], env: dict[str, str]) -> Child:
+    """``argv`` as a child in its own session, stopped when ``stack`` unwinds."""
+    process = Child(argv, env, LOGS / f"{name}.log", name)
+    stack.callback(process.stop, 20)
     return process
 
 
-def wait_http(process: Process, url: str) -> None:
+def wait_http(process: Child, url: str) -> None:
     import httpx
 
     deadline = time.monotonic() + 90
@@ -95,43 +79,6 @@ def wait_http(process: Process, url: str) -> None:
         except httpx.HTTPError:
             time.sleep(0.2)
     raise RuntimeError(f"{process.name} did not start; see {process.log.name}")
-
-
-def uvicorn_argv(app: str, port: int, lifespan: str) -> list[str]:
-    return [
-        str(BIN / "python"),
-        "-m",
-        "uvicorn",
-        app,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--lifespan",
-        lifespan,
-        "--no-access-log",
-        "--log-level",
-        "warning",
-        "--backlog",
-        "4096",
-    ]
-
-
-def tree_cpu_s(pids: set[int]) -> float:
-    """User + system CPU seconds so far of ``pids`` and every process in their sessions."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(entry.name) in pids or int(fields[3]) in pids:  # fields[3]: the session id
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
 
 
 def wait_idle(pids: set[int], limit_s: float = 180.0) -> float:
@@ -264,8 +211,9 @@ def main() -> None:
     parser.add_argument(
         "--servers", default="serve,uvicorn", help="mcptasks under: serve, uvicorn (comma list)"
     )
+    parser.add_argument("--out", default="peers.json", help="file name in bench/results/")
     args = parser.parse_args()
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    LOGS.mkdir(parents=True, exist_ok=True)
     # SIGTERM (and Ctrl-C's KeyboardInterrupt) unwind the ExitStack: every child is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
@@ -301,7 +249,7 @@ def main() -> None:
         fastmcp = start(
             stack,
             "fastmcp",
-            uvicorn_argv("bench.peer_fastmcp_app:app", port, "on"),
+            uvicorn_argv("bench.peer_fastmcp_app:app", port, lifespan="on"),
             {
                 **os.environ,
                 "PEER_DOCKET_URL": f"redis://127.0.0.1:{redis_port}/6",
@@ -317,7 +265,7 @@ def main() -> None:
                 argv = [str(BIN / "python"), "manage.py", "serve", "--no-worker"]
                 argv += ["--host", "127.0.0.1", "--port", str(port)]
             else:
-                argv = uvicorn_argv("mcptasks.asgi:application", port, "off")
+                argv = uvicorn_argv("mcptasks.asgi:application", port)
             processes[f"mcptasks_{kind}"] = start(stack, f"mcptasks_{kind}", argv, env)
             pids.add(processes[f"mcptasks_{kind}"].process.pid)
             peers[f"mcptasks_{kind}"] = Peer(kind, f"http://127.0.0.1:{port}/mcp", token)
@@ -343,7 +291,8 @@ def main() -> None:
         "results": results,
         "seconds": time.monotonic() - started,
     }
-    (RESULTS / "peers.json").write_text(json.dumps(report, indent=2))
+    (RESULTS / args.out).write_text(json.dumps(report, indent=2))
+    shutil.rmtree(LOGS, ignore_errors=True)
     print("\n".join(table(results, ratio)))
     print(f"versions {report['versions']}; load average {report['load_average']}")
 
