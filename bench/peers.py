@@ -92,7 +92,11 @@ def wait_idle(pids: set[int], limit_s: float = 180.0) -> float:
     return time.monotonic() - started
 
 
-def measure(peers: dict[str, Peer], args: argparse.Namespace, pids: set[int]) -> dict[str, Any]:
+def measure(
+    peers: dict[str, Peer], args: argparse.Namespace, pids: set[int], workers: set[int]
+) -> dict[str, Any]:
+    """Every workload of every peer; ``pids``: all the bench started (PostgreSQL is not one),
+    ``workers``: mcptasks' Celery worker."""
     results: dict[str, Any] = {name: {} for name in peers}
     for peer in peers.values():  # warm-up, and every answer's shape checked once
         peer.completed_task = asyncio.run(one_call(peer))
@@ -129,8 +133,17 @@ def measure(peers: dict[str, Peer], args: argparse.Namespace, pids: set[int]) ->
             )
             runs[name]["create"].append(run)
         for name, peer in peers.items():
-            runs[name]["e2e"].append(asyncio.run(end_to_end(peer, args.tasks, 16)))
+            cpu, worker_cpu = tree_cpu_s(pids), tree_cpu_s(workers)
+            run = asyncio.run(end_to_end(peer, args.tasks, 16))
             wait_idle(pids)
+            # per task: everything started (the other idle servers' ticks included), and for
+            # mcptasks its Celery worker's share (pool processes included)
+            run["cpu_ms_per_task_all_started"] = 1000 * (tree_cpu_s(pids) - cpu) / args.tasks
+            if peer.kind != "fastmcp":
+                run["worker_cpu_ms_per_task"] = (
+                    1000 * (tree_cpu_s(workers) - worker_cpu) / args.tasks
+                )
+            runs[name]["e2e"].append(run)
     for name, peer in peers.items():
         entry = results[name]
         entry["get"] = summary(runs[name]["get"])
@@ -272,7 +285,7 @@ def main() -> None:
         for name, peer in peers.items():
             wait_http(processes[name], peer.url)
         time.sleep(5)  # the Celery worker's pool
-        results = measure(peers, args, pids)
+        results = measure(peers, args, pids, {worker.process.pid})
         from django.db import connections
 
         connections.close_all()
