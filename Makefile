@@ -36,9 +36,10 @@ clean:
 conformance: bootstrap
 	scripts/conformance
 
+# BENCH=peers: only the peer section (bench/peers.py: FastMCP + fastmcp-tasks side by side).
 bench: bootstrap
 	@command -v hey >/dev/null || (apt-get update -qq && apt-get install -y -qq hey)
-	$(PY) bench/run_all.py
+	$(PY) bench/run_all.py $(if $(BENCH),--only $(BENCH))
 
 # Phone screenshots (390×844) of the task list, the audit list and a task page of CHECKOUT
 # (default: this one; bootstrapped) into OUT (default screenshots/phone/).

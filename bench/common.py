@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -23,6 +24,77 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def uvicorn_argv(app: str, port: int, *, lifespan: str = "off", backlog: bool = True) -> list[str]:
+    """A uvicorn server of ``app`` on 127.0.0.1:``port``, quiet."""
+    argv = [
+        str(BIN / "python"),
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--lifespan",
+        lifespan,
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+    return [*argv, "--backlog", "4096"] if backlog else argv
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
+    """SIGTERM to the process group of ``process`` (started with ``start_new_session``), then
+    SIGKILL if it is still there after ``timeout`` seconds."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=5)
+
+
+def tree_cpu_s(pids: set[int]) -> float:
+    """User + system CPU seconds so far of ``pids``, their children and their sessions."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # [1]: the parent, [3]: the session
+        if int(entry.name) in pids or int(fields[1]) in pids or int(fields[3]) in pids:
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """One HTTP/1.1 response from ``reader``: status and body (Content-Length or chunked)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length, chunked = 0, False
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+        elif name.strip().lower() == b"transfer-encoding" and b"chunked" in value:
+            chunked = True
+    if not chunked:
+        return status, await reader.readexactly(length)
+    body = b""
+    while True:
+        size = int((await reader.readuntil(b"\r\n")).strip(), 16)
+        chunk = await reader.readexactly(size + 2)
+        if size == 0:
+            return status, body
+        body += chunk[:-2]
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -81,7 +153,30 @@ def bench_env(database_url: str, redis_db: int = 3, **extra: str) -> dict[str, s
     }
 
 
-class Server:
+class Child:
+    """A child process in its own session (so its workers go with it), output in ``log``."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path, name: str = "") -> None:
+        self.name = name or log.stem
+        self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 15) -> None:
+        stop_group(self.process, timeout)
+        self.log.close()
+
+
+class Server(Child):
     """A web process under Daphne or uvicorn."""
 
     def __init__(self, kind: str, env: dict[str, str], log: Path) -> None:
@@ -98,32 +193,8 @@ class Server:
                 "--no-worker",
             ]
         else:
-            argv = [
-                str(BIN / "python"),
-                "-m",
-                "uvicorn",
-                "mcptasks.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--lifespan",
-                "off",
-                "--no-access-log",
-                "--log-level",
-                "warning",
-                "--backlog",
-                "4096",
-            ]
-        self.log = open(log, "w")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+            argv = uvicorn_argv("mcptasks.asgi:application", self.port)
+        super().__init__(argv, env, log, kind)
         self.url = f"http://127.0.0.1:{self.port}"
         import httpx
 
@@ -157,12 +228,3 @@ class Server:
         import importlib.metadata
 
         return importlib.metadata.version(self.kind)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-        self.log.close()

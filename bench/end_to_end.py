@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import BIN, REPO, RESULTS, bench_database, bench_env
+from bench.common import BIN, REPO, RESULTS, bench_database, bench_env, tree_cpu_s
 
 
 def server_env(url: str) -> dict[str, str]:
@@ -105,20 +105,7 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
 
 def _cpu_s(workers: list[subprocess.Popen[bytes]]) -> float:
     """User + system CPU seconds of the worker processes and their pool children so far."""
-    tick = os.sysconf("SC_CLK_TCK")
-    pids = {worker.pid for worker in workers}
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if int(entry.name) in pids or int(fields[1]) in pids:
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    return tree_cpu_s({worker.pid for worker in workers})
 
 
 NOOP_COUNTER = "mcptasks:bench:noop"

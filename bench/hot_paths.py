@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import BIN, REPO, RESULTS, bench_database, free_port, median
+from bench.common import REPO, RESULTS, bench_database, free_port, median, uvicorn_argv
 from bench.end_to_end import run_end_to_end, server_env
 
 VERSION = "2026-07-28"
@@ -33,21 +33,7 @@ META = {
 def uvicorn(app: str, env: dict[str, str], log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
     process = subprocess.Popen(
-        [
-            str(BIN / "python"),
-            "-m",
-            "uvicorn",
-            app,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--lifespan",
-            "off",
-            "--no-access-log",
-            "--log-level",
-            "warning",
-        ],
+        uvicorn_argv(app, port, backlog=False),
         cwd=REPO,
         env=env,
         stdout=open(log, "w"),  # noqa: SIM115 - the process owns it until it exits

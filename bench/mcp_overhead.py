@@ -34,6 +34,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.common import read_response  # noqa: E402
+
 VERSION = "2026-07-28"
 BODY = json.dumps(
     {
@@ -131,28 +134,9 @@ async def one_connection(
         while time.perf_counter() < deadline:
             started = time.perf_counter()
             writer.write(payload)
-            head = await reader.readuntil(b"\r\n\r\n")
-            status = head.split(b" ", 2)[1]
-            length = 0
-            chunked = False
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-                elif name.strip().lower() == b"transfer-encoding" and b"chunked" in value:
-                    chunked = True
-            if chunked:
-                body = b""
-                while True:
-                    size = int((await reader.readuntil(b"\r\n")).strip(), 16)
-                    chunk = await reader.readexactly(size + 2)
-                    if size == 0:
-                        break
-                    body += chunk[:-2]
-            else:
-                body = await reader.readexactly(length)
-            if status != b"200" or expected not in body:
-                raise RuntimeError(f"unexpected answer {status!r}: {body[:200]!r}")
+            status, body = await read_response(reader)
+            if status != 200 or expected not in body:
+                raise RuntimeError(f"unexpected answer {status}: {body[:200]!r}")
             latencies.append(time.perf_counter() - started)
     finally:
         writer.close()

@@ -4,11 +4,13 @@ B1 tasks/get and B2 tools/call (bench/hot_paths.py), B3 live streams (bench/stre
 (tasks/get with 1,000 vs 100,000 tasks; dashboard page timings, bench/page_timing.py; the
 operations page and /metrics, bench/operations_timing.py), B5 audit
 export (bench/audit_export.py), B6 end to end (bench/hot_paths.py). Figures are ratios to floors
-measured in the same run.
+measured in the same run. The peer section (bench/peers.py) runs the same three workloads against
+FastMCP + fastmcp-tasks; ``--only peers`` (``make bench BENCH=peers``) runs only that section.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import platform
 import subprocess
@@ -27,8 +29,16 @@ def run(argv: list[str]) -> bool:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--only", choices=["peers"], help="run only this section")
+    args = parser.parse_args()
     started = time.monotonic()
     RESULTS.mkdir(parents=True, exist_ok=True)
+    if args.only == "peers":
+        ok = run(["bench/peers.py"])
+        if ok:
+            print_peers()
+        sys.exit(0 if ok else 1)
     ok = {
         "hot": run(["bench/hot_paths.py"]),
         "streams": run(["bench/streams.py"]),
@@ -127,11 +137,29 @@ def main() -> None:
                 f"{ops['large']['tasks']:,} tasks vs {ops['small'][page]['median_ms']:6.1f} ms at "
                 f"{ops['small']['tasks']:,} → {ratio:.2f}× (target ≤ 1.2×)"
             )
+    ok["peers"] = run(["bench/peers.py"])
+    if ok["peers"]:
+        print_peers()
     print(
         f"total {time.monotonic() - started:.0f} s; failed: "
         f"{[name for name, passed in ok.items() if not passed] or 'none'}"
     )
     sys.exit(0 if all(ok.values()) else 1)
+
+
+def print_peers() -> None:
+    """The peer section's ratios (bench/peers.py prints its whole table)."""
+    peers_file = RESULTS / "peers.json"
+    if not peers_file.exists():
+        return
+    report = json.loads(peers_file.read_text())
+    for name, ratio in report["ratio"].items():
+        print(
+            f"peers {name:16} vs FastMCP: tasks/get {ratio['get']:.2f}× (target ≥ "
+            f"{report['targets']['get']}×), creation {ratio['create']:.2f}× (≥ "
+            f"{report['targets']['create']}×), end to end {ratio['e2e']:.2f}× (≥ "
+            f"{report['targets']['e2e']}×)"
+        )
 
 
 if __name__ == "__main__":
