@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from audit import actions as audit_actions
 from audit.models import AuditEvent
 from audit.redact import redact_text
 from mcptasks import access, inputs, limits, wire
@@ -640,37 +641,4 @@ def audit_event(user: Any, chain: str, seq: int) -> AuditEvent | None:
     return access.visible_audit_events(user).filter(chain=chain, seq=seq).first()
 
 
-AUDIT_ACTIONS = (
-    "task.created",
-    "task.started",
-    "task.input_requested",
-    "task.input_answered",
-    "approval.approved",
-    "approval.rejected",
-    "approval.gate_opened",
-    "approval.policy_changed",
-    "approval.group_changed",
-    "task.input_timed_out",
-    "task.sleeping",
-    "task.woken",
-    "task.requeued",
-    "task.cancel_requested",
-    "task.cancelled",
-    "task.force_cancelled",
-    "task.completed",
-    "task.failed",
-    "task.expired",
-    "task.purged",
-    "task.binding_changed",
-    "effect.unknown",
-    "effect.reconciled",
-    "delegation.granted",
-    "delegation.revoked",
-    "token.issued",
-    "token.revoked",
-    "audit.exported",
-    "audit.purged",
-    "auth.login",
-    "auth.logout",
-    "auth.login_failed",
-)
+AUDIT_ACTIONS = audit_actions.LISTED
