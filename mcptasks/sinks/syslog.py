@@ -2,8 +2,8 @@
 message body in CEF (ArcSight Common Event Format, version 0) or JSON (docs/destinations.md).
 
 One connection per batch; a message counts as sent once the kernel accepted its bytes (syslog
-over TCP has no acknowledgement). :data:`CEF_EVENTS` is the one table of CEF signature ids,
-names and severities: every audit action and every task event type.
+over TCP has no acknowledgement). :data:`CEF_EVENTS` holds the CEF signature ids, names and
+severities of every audit action (read from audit.actions' table) and every task event type.
 """
 
 from __future__ import annotations
