@@ -8,10 +8,7 @@ index (``task_tenant_created``, ``task_principal_created``, the audit primary ke
 
 from __future__ import annotations
 
-import base64
-import binascii
 import heapq
-import json
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time, timedelta
 from itertools import islice
@@ -35,6 +32,7 @@ from mcptasks.models import (
     TaskState,
     Tenant,
 )
+from mcptasks.pagination import decode_cursor, encode_cursor
 from mcptasks.search import MIN_TEXT_TERM
 from mcptasks.tools.registry import registry
 
@@ -58,26 +56,6 @@ LIST_DEFERRED = (
 # (B4; counting to 10,000 made every list page grow with the table).
 COUNT_CAP = 1_000
 SHOWN_BYTES = wire.SHOWN_BYTES
-
-
-# ---------------------------------------------------------------- cursors
-def encode_cursor(*parts: Any) -> str:
-    raw = json.dumps([p.isoformat() if isinstance(p, datetime) else p for p in parts])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None) -> list[Any] | None:
-    """The parts of a cursor, or None when it is missing or not one of ours."""
-    if not cursor or len(cursor) > 400:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        parts = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(parts, list) or inputs.unstorable_text(parts) is not None:
-        return None  # a NUL or a lone surrogate is not a position any query may compare with
-    return parts
 
 
 def _task_cursor(cursor: str | None) -> tuple[datetime, str] | None:
