@@ -97,9 +97,7 @@ def test_list_pages_with_a_stable_cursor_newest_first(api: Any, make_task: Any) 
     assert created == sorted(created, reverse=True)
 
 
-def test_list_pages_back_with_the_previous_link_to_the_same_rows(
-    api: Any, make_task: Any
-) -> None:
+def test_list_pages_back_with_the_previous_link_to_the_same_rows(api: Any, make_task: Any) -> None:
     made = [make_task("alice") for _ in range(5)]
     Task.objects.filter(pk__in=[made[2].pk, made[3].pk]).update(created_at=made[2].created_at)
     alice = api("alice")
@@ -114,9 +112,7 @@ def test_list_pages_back_with_the_previous_link_to_the_same_rows(
     assert start["previous"] is None
 
 
-def test_the_rest_lists_and_the_dashboard_share_one_cursor_format(
-    api: Any, make_task: Any
-) -> None:
+def test_the_rest_lists_and_the_dashboard_share_one_cursor_format(api: Any, make_task: Any) -> None:
     from urllib.parse import parse_qs, urlsplit
 
     from mcptasks.pagination import decode_cursor
