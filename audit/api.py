@@ -28,23 +28,12 @@ from rest_framework.response import Response
 from audit import signing
 from audit.chain import SYSTEM_CHAIN, chain_for_tenant
 from audit.export import ExportFilters, ExportStream, finish_export
+from audit.filters import AuditEventFilter, AuditEventPagination
+from audit.serializers import AuditEventSerializer, ExportInputSerializer, ExportSerializer
 from mcptasks import access
-from mcptasks.api import (
-    ApiListView,
-    ApiView,
-    actor_of,
-    caller_tenant,
-    list_schema,
-    parse,
-    problems,
-)
-from mcptasks.api_filters import AuditEventFilter, AuditEventPagination
-from mcptasks.api_permissions import READ_AUDIT, AuditScope
-from mcptasks.api_serializers import (
-    AuditEventSerializer,
-    ExportInputSerializer,
-    ExportSerializer,
-)
+from mcptasks.restkit.errors import problems
+from mcptasks.restkit.permissions import READ_AUDIT, AuditScope
+from mcptasks.restkit.views import ApiListView, ApiView, actor_of, caller_tenant, list_schema, parse
 
 HANDLE_SALT = "mcptasks.audit.api.export"
 HANDLE_MAX_AGE_S = 24 * 3600

@@ -122,6 +122,12 @@ def body_of_row(row: Sequence[Any]) -> dict[str, Any]:
     return event_body(**values)
 
 
+def body_of_event(event: Any) -> dict[str, Any]:
+    """The hashed body of a stored :class:`~audit.models.AuditEvent` (what its ``hash`` covers
+    after ``prev_hash``)."""
+    return body_of_row([getattr(event, name) for name in BODY_FIELDS])
+
+
 def latest_checkpoint(chain: str) -> tuple[int, str]:
     """``(seq, hash)`` a chain starts from: its newest retention checkpoint, or genesis."""
     from audit.models import RetentionCheckpoint

@@ -21,7 +21,7 @@ PROBLEM = "application/problem+json"
 
 
 def problem(status: int, title: str, detail: str) -> JsonResponse:
-    """An RFC 9457 problem, the shape of every REST API error (``mcptasks.api_errors``)."""
+    """An RFC 9457 problem, the shape of every REST API error (``mcptasks.restkit.errors``)."""
     return JsonResponse(
         {"type": "about:blank", "title": title, "status": status, "detail": detail},
         status=status,

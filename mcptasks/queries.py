@@ -8,10 +8,7 @@ index (``task_tenant_created``, ``task_principal_created``, the audit primary ke
 
 from __future__ import annotations
 
-import base64
-import binascii
 import heapq
-import json
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time, timedelta
 from itertools import islice
@@ -21,6 +18,7 @@ from django.conf import settings
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
+from audit import actions as audit_actions
 from audit.models import AuditEvent
 from audit.redact import redact_text
 from mcptasks import access, inputs, limits, wire
@@ -34,6 +32,7 @@ from mcptasks.models import (
     TaskState,
     Tenant,
 )
+from mcptasks.pagination import decode_cursor, encode_cursor
 from mcptasks.search import MIN_TEXT_TERM
 from mcptasks.tools.registry import registry
 
@@ -57,26 +56,6 @@ LIST_DEFERRED = (
 # (B4; counting to 10,000 made every list page grow with the table).
 COUNT_CAP = 1_000
 SHOWN_BYTES = wire.SHOWN_BYTES
-
-
-# ---------------------------------------------------------------- cursors
-def encode_cursor(*parts: Any) -> str:
-    raw = json.dumps([p.isoformat() if isinstance(p, datetime) else p for p in parts])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str | None) -> list[Any] | None:
-    """The parts of a cursor, or None when it is missing or not one of ours."""
-    if not cursor or len(cursor) > 400:
-        return None
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        parts = json.loads(raw)
-    except (binascii.Error, ValueError, UnicodeDecodeError, RecursionError):
-        return None
-    if not isinstance(parts, list) or inputs.unstorable_text(parts) is not None:
-        return None  # a NUL or a lone surrogate is not a position any query may compare with
-    return parts
 
 
 def _task_cursor(cursor: str | None) -> tuple[datetime, str] | None:
@@ -640,37 +619,4 @@ def audit_event(user: Any, chain: str, seq: int) -> AuditEvent | None:
     return access.visible_audit_events(user).filter(chain=chain, seq=seq).first()
 
 
-AUDIT_ACTIONS = (
-    "task.created",
-    "task.started",
-    "task.input_requested",
-    "task.input_answered",
-    "approval.approved",
-    "approval.rejected",
-    "approval.gate_opened",
-    "approval.policy_changed",
-    "approval.group_changed",
-    "task.input_timed_out",
-    "task.sleeping",
-    "task.woken",
-    "task.requeued",
-    "task.cancel_requested",
-    "task.cancelled",
-    "task.force_cancelled",
-    "task.completed",
-    "task.failed",
-    "task.expired",
-    "task.purged",
-    "task.binding_changed",
-    "effect.unknown",
-    "effect.reconciled",
-    "delegation.granted",
-    "delegation.revoked",
-    "token.issued",
-    "token.revoked",
-    "audit.exported",
-    "audit.purged",
-    "auth.login",
-    "auth.logout",
-    "auth.login_failed",
-)
+AUDIT_ACTIONS = audit_actions.LISTED

@@ -224,13 +224,13 @@ MCPTASKS_TRUSTED_PROXIES = env_list("MCPTASKS_TRUSTED_PROXIES", [])
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "mcptasks.api_auth.BearerTokenAuthentication",
+        "mcptasks.restkit.auth.BearerTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "EXCEPTION_HANDLER": "mcptasks.api_errors.problem_exception_handler",
+    "EXCEPTION_HANDLER": "mcptasks.restkit.errors.problem_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "mcptasks REST API",

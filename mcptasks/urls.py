@@ -15,6 +15,6 @@ urlpatterns = [
     path("metrics", health.metrics),
     path(".well-known/oauth-protected-resource", oauth.protected_resource_metadata),
     path(".well-known/oauth-protected-resource/mcp", oauth.protected_resource_metadata),
-    path("api/", include("mcptasks.api_urls")),
+    path("api/", include("mcptasks.api.urls")),
     path("", include("dashboard.urls")),
 ]

@@ -11,6 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from audit import actions as audit_actions
 from mcptasks import wire
 from mcptasks.models import TaskState
 from mcptasks.wire import WIRE_STATUS
@@ -148,35 +149,7 @@ def get_item(mapping: Any, key: Any) -> Any:
         return None
 
 
-ACTION_LABELS = {
-    "task.created": "Created",
-    "task.started": "Attempt started",
-    "task.input_requested": "Input requested",
-    "task.input_answered": "Input answered",
-    "approval.approved": "Approved",
-    "approval.rejected": "Rejected",
-    "approval.gate_opened": "Approval gate opened",
-    "task.input_timed_out": "Input timed out",
-    "task.sleeping": "Sleeping",
-    "task.woken": "Woken",
-    "task.requeued": "Requeued (lease expired)",
-    "task.cancel_requested": "Cancel requested",
-    "task.cancelled": "Cancelled",
-    "task.force_cancelled": "Force-cancelled",
-    "task.completed": "Completed",
-    "task.failed": "Failed",
-    "task.expired": "Expired",
-    "task.purged": "Purged",
-    "task.binding_changed": "Binding changed",
-    "effect.unknown": "Effect outcome unknown",
-    "effect.reconciled": "Effect reconciled",
-    "delegation.granted": "Delegation granted",
-    "delegation.revoked": "Delegation revoked",
-    "token.issued": "Token issued",
-    "token.revoked": "Token revoked",
-    "audit.exported": "Audit exported",
-    "audit.purged": "Audit purged (retention)",
-}
+ACTION_LABELS = audit_actions.LABELS
 
 
 @register.filter

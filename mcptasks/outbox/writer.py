@@ -262,21 +262,9 @@ def _wake_audit_streams_on_commit(tenant_id: int) -> None:
 def audit_message(event: Any, tenant_slug: str) -> dict[str, Any]:
     """One audit event as a message: the event's hashed body (so a receiver can recompute
     ``hash = sha256(prev_hash || RFC 8785 JSON of body)``) and its chain links."""
-    from audit.chain import event_body
+    from audit.chain import body_of_event
 
-    body = event_body(
-        chain=event.chain,
-        seq=event.seq,
-        created_at=event.created_at.isoformat(),
-        tenant_id=event.tenant_id,
-        actor_kind=event.actor_kind,
-        actor_id=event.actor_id,
-        actor_display=event.actor_display,
-        action=event.action,
-        task_id=event.task_id,
-        data=event.data,
-        request_id=event.request_id,
-    )
+    body = body_of_event(event)
     return {
         "id": f"audit:{event.chain}:{event.seq}",
         "type": "audit.event",

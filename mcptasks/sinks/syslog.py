@@ -2,8 +2,8 @@
 message body in CEF (ArcSight Common Event Format, version 0) or JSON (docs/destinations.md).
 
 One connection per batch; a message counts as sent once the kernel accepted its bytes (syslog
-over TCP has no acknowledgement). :data:`CEF_EVENTS` is the one table of CEF signature ids,
-names and severities: every audit action and every task event type.
+over TCP has no acknowledgement). :data:`CEF_EVENTS` holds the CEF signature ids, names and
+severities of every audit action (read from audit.actions' table) and every task event type.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
+from audit.actions import ACTIONS
 from mcptasks.sinks import ConfigError, DeliveryError, Message, Sink
 from mcptasks.sinks._common import (
     audit_row,
@@ -54,58 +55,23 @@ def _events(*rows: tuple[str, int, str, int]) -> dict[str, CefEvent]:
     }
 
 
-# Audit actions (docs/audit.md, "Coverage") and the task event types a destination subscribes to,
-# where the two share a name they mean the same change. Numbers by area: 1xx tasks, 2xx effects,
-# 3xx approvals, 4xx identity and access, 5xx the audit trail itself, 6xx where events go. Severity: routine 1–3,
-# worth a look 4–5, a change of who may do what or of an outcome nobody knows 6–7, weakening
-# the trail's protection 8.
-CEF_EVENTS: dict[str, CefEvent] = _events(
-    ("task.created", 100, "Task created", 3),
-    ("task.started", 101, "Task started", 2),
-    ("task.requeued", 102, "Task requeued", 4),
-    ("task.input_requested", 103, "Input requested", 3),
-    ("task.input_answered", 104, "Input answered", 3),
-    ("task.input_timed_out", 105, "Input timed out", 4),
-    ("task.sleeping", 106, "Task sleeping", 1),
-    ("task.woken", 107, "Task woken", 1),
-    ("task.completed", 108, "Task completed", 3),
-    ("task.failed", 109, "Task failed", 5),
-    ("task.cancel_requested", 110, "Cancel requested", 4),
-    ("task.cancelled", 111, "Task cancelled", 4),
-    ("task.force_cancelled", 112, "Task force-cancelled", 6),
-    ("task.expired", 113, "Task expired", 3),
-    ("task.purged", 114, "Task purged", 3),
-    ("task.binding_changed", 115, "Task binding changed", 5),
-    ("task.changed", 116, "Task changed", 3),
-    ("task.retried", 117, "Task retried", 4),
-    ("task.retry_of", 118, "Task created as a retry", 4),
-    ("task.status_changed", 150, "Task status changed", 3),
-    ("effect.unknown", 200, "Effect outcome unknown", 7),
-    ("effect.reconciled", 201, "Effect reconciled", 6),
-    ("approval.requested", 300, "Approval requested", 4),
-    ("approval.approved", 301, "Approval given", 5),
-    ("approval.rejected", 302, "Approval rejected", 5),
-    ("approval.gate_opened", 303, "Approval gate opened", 5),
-    ("approval.decided", 304, "Approval decided", 5),
-    ("approval.policy_changed", 305, "Approval policy changed", 7),
-    ("approval.group_changed", 306, "Reviewer group changed", 7),
-    ("auth.login", 400, "Login", 3),
-    ("auth.logout", 401, "Logout", 2),
-    ("auth.login_failed", 402, "Login failed", 6),
-    ("token.issued", 410, "Token issued", 5),
-    ("token.revoked", 411, "Token revoked", 5),
-    ("membership.added", 420, "Membership added", 6),
-    ("delegation.granted", 421, "Delegation granted", 6),
-    ("delegation.revoked", 422, "Delegation revoked", 5),
-    ("tenant.created", 430, "Tenant created", 6),
-    ("audit.exported", 500, "Audit trail exported", 5),
-    ("audit.purged", 501, "Audit events purged", 7),
-    ("legal_hold.placed", 510, "Legal hold placed", 6),
-    ("legal_hold.released", 511, "Legal hold released", 8),
-    ("destination.created", 600, "Destination created", 6),
-    ("destination.changed", 601, "Destination changed", 6),
-    ("destination.deleted", 602, "Destination deleted", 7),
-    ("destination.redelivered", 603, "Delivery redelivered", 4),
+# Audit actions (their signatures are audit.actions' table) and the task event types a
+# destination subscribes to, where the two share a name they mean the same change; in the order
+# of their numbers (1xx tasks, 2xx effects, 3xx approvals, 4xx identity and access, 5xx the
+# audit trail itself, 6xx where events go).
+CEF_EVENTS: dict[str, CefEvent] = dict(
+    sorted(
+        {
+            **{a.action: CefEvent(str(a.cef_id), a.cef_name, a.severity) for a in ACTIONS.values()},
+            **_events(
+                ("task.changed", 116, "Task changed", 3),
+                ("task.status_changed", 150, "Task status changed", 3),
+                ("approval.requested", 300, "Approval requested", 4),
+                ("approval.decided", 304, "Approval decided", 5),
+            ),
+        }.items(),
+        key=lambda row: int(row[1].signature_id),
+    )
 )
 # An action added after this table: still sent, under its own name, never dropped.
 CEF_OTHER = CefEvent("999", "Other event", 3)

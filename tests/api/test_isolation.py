@@ -16,7 +16,7 @@ from django.urls import URLPattern, get_resolver
 
 from audit.models import AuditEvent
 from mcptasks import approval_policies, lifecycle
-from mcptasks.api_urls import urlpatterns
+from mcptasks.api.urls import urlpatterns
 from mcptasks.lifecycle import InputSpec
 from mcptasks.models import (
     ApiToken,

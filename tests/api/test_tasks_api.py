@@ -97,6 +97,35 @@ def test_list_pages_with_a_stable_cursor_newest_first(api: Any, make_task: Any) 
     assert created == sorted(created, reverse=True)
 
 
+def test_list_pages_back_with_the_previous_link_to_the_same_rows(api: Any, make_task: Any) -> None:
+    made = [make_task("alice") for _ in range(5)]
+    Task.objects.filter(pk__in=[made[2].pk, made[3].pk]).update(created_at=made[2].created_at)
+    alice = api("alice")
+    first = ok(alice.get(TASKS, page_size=2))
+    second = ok(alice.client.get(first["next"]))
+    third = ok(alice.client.get(second["next"]))
+    assert first["previous"] is None and third["next"] is None and len(third["results"]) == 1
+    back = ok(alice.client.get(third["previous"]))
+    assert [row["id"] for row in back["results"]] == [row["id"] for row in second["results"]]
+    start = ok(alice.client.get(back["previous"]))
+    assert [row["id"] for row in start["results"]] == [row["id"] for row in first["results"]]
+    assert start["previous"] is None
+
+
+def test_the_rest_lists_and_the_dashboard_share_one_cursor_format(api: Any, make_task: Any) -> None:
+    from urllib.parse import parse_qs, urlsplit
+
+    from mcptasks.pagination import decode_cursor
+
+    for _ in range(3):
+        make_task("alice")
+    first = ok(api("alice").get(TASKS, page_size=2))
+    cursor = parse_qs(urlsplit(first["next"]).query)["cursor"][0]
+    parts = decode_cursor(cursor)
+    last = Task.objects.get(pk=first["results"][-1]["id"])
+    assert parts == ["n", last.created_at.isoformat(), last.pk]
+
+
 @pytest.mark.parametrize(
     "params, field",
     [

@@ -243,3 +243,12 @@ def test_tampering_one_chain_leaves_the_others_verified(
         AuditEvent.objects.filter(chain=ACME, seq=2).update(task_id="other")
     reports = {report.chain: report.ok for report in verify_chains()}
     assert reports == {ACME: False, "tenant:globex": True}
+
+
+def test_body_of_event_is_what_the_stored_hash_covers(
+    record_events: Callable[..., Any],
+) -> None:
+    from audit.chain import body_of_event
+
+    for event in AuditEvent.objects.filter(pk__in=[e.pk for e in record_events(3)]):
+        assert link_hash(event.prev_hash, body_of_event(event)) == event.hash

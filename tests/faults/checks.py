@@ -51,7 +51,7 @@ def lease_pid(lease_owner: str) -> int | None:
 def audit_gaps() -> list[str]:
     """Every chain's events numbered 1..n without a gap, each linked to the one before, and
     its head at n."""
-    from audit.chain import GENESIS_HASH, event_body, link_hash
+    from audit.chain import GENESIS_HASH, body_of_event, link_hash
     from audit.models import AuditEvent, ChainHead
 
     problems = []
@@ -66,19 +66,7 @@ def audit_gaps() -> list[str]:
                 expected = event.seq
             if event.prev_hash != previous:
                 problems.append(f"{chain}#{event.seq}: prev_hash does not link")
-            body = event_body(
-                chain=event.chain,
-                seq=event.seq,
-                created_at=event.created_at.isoformat(),
-                tenant_id=event.tenant_id,
-                actor_kind=event.actor_kind,
-                actor_id=event.actor_id,
-                actor_display=event.actor_display,
-                action=event.action,
-                task_id=event.task_id,
-                data=event.data,
-                request_id=event.request_id,
-            )
+            body = body_of_event(event)
             if link_hash(event.prev_hash, body) != event.hash:
                 problems.append(f"{chain}#{event.seq}: hash does not match its content")
             previous = event.hash

@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from mcptasks import tokens
-from mcptasks.api_serializers import ISSUABLE_SCOPES
+from mcptasks.api.serializers import ISSUABLE_SCOPES
 from mcptasks.management.lookup import command_actor, tenant_named, user_named
 from mcptasks.models import Membership
 

@@ -1,4 +1,4 @@
-"""The REST API's one permission class: every decision is mcptasks.access's (STYLE rule 5).
+"""The one permission class of every REST view: every decision is mcptasks.access's (STYLE rule 5).
 
 Views fetch objects through access's visibility questions first, so an object the caller may
 not see is a 404 before this class runs; this class then answers "may this caller do this to
@@ -15,7 +15,8 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from mcptasks import access
-from mcptasks.models import ApiToken, Effect, InputRequest, Task
+from mcptasks.models import Effect, InputRequest, Task
+from mcptasks.restkit.errors import sentence
 
 # View-level rules (``access_rule`` on a view): asked before any object is fetched.
 READ_AUDIT = "read_audit"
@@ -27,14 +28,6 @@ class AuditScope:
     system chain or every chain."""
 
     tenant_id: int | None
-
-
-@dataclass(frozen=True)
-class TokenIssue:
-    """A token about to be issued to ``owner`` in tenant ``tenant_id``."""
-
-    tenant_id: int
-    owner: Any
 
 
 def decide(user: Any, action: access.Action | None, obj: Any) -> access.Decision:
@@ -56,10 +49,6 @@ def decide(user: Any, action: access.Action | None, obj: Any) -> access.Decision
             if obj.tenant_id is not None
             else "only staff operators read the system chain or every chain",
         )
-    if isinstance(obj, TokenIssue):
-        return access.may_issue_token(user, tenant_id=obj.tenant_id, owner=obj.owner)
-    if isinstance(obj, ApiToken):
-        return access.may_revoke_token(user, obj)
     raise TypeError(f"no access rule for {type(obj).__name__}")
 
 
@@ -84,13 +73,6 @@ class AccessPermission(BasePermission):
     def has_object_permission(self, request: Request, view: APIView, obj: Any) -> bool:
         decision = decide(request.user, getattr(view, "access_action", None), obj)
         if not decision:
-            self.message = _sentence(decision.reason) or self.message
+            self.message = sentence(decision.reason) or self.message
             return False
         return True
-
-
-def _sentence(reason: str) -> str:
-    reason = reason.strip()
-    if not reason:
-        return ""
-    return reason[0].upper() + reason[1:] + ("" if reason.endswith(".") else ".")

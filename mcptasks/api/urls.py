@@ -17,7 +17,10 @@ from drf_spectacular.views import (
 )
 
 from audit import api as audit_api
-from mcptasks import api, api_approvals, api_destinations, errors
+from mcptasks import errors
+from mcptasks.api import approvals as api_approvals
+from mcptasks.api import destinations as api_destinations
+from mcptasks.api import views as api
 
 TASK = "v1/tasks/<str:task_id>"
 

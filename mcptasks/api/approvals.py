@@ -9,21 +9,12 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from mcptasks import access, approval_policies, lifecycle, wire
-from mcptasks.api import (
-    ApiView,
-    Conflict,
-    _sentence,
-    actor_of,
-    caller_tenant,
-    parse,
-    problems,
-    visible_task,
-)
+from mcptasks.api.views import visible_task
 from mcptasks.models import (
     ApprovalPolicyRule,
     InputKind,
@@ -32,6 +23,8 @@ from mcptasks.models import (
     ReviewerGroup,
     Task,
 )
+from mcptasks.restkit.errors import Conflict, problems, sentence
+from mcptasks.restkit.views import ApiView, TenantAdminView, actor_of
 
 LIST_LIMIT = 100
 
@@ -112,7 +105,7 @@ class ApprovalListView(ApiView):
         return Response(GateSerializer(mine[:LIST_LIMIT], many=True).data)
 
 
-class ApprovalDecisionView(ApiView):
+class ApprovalDecisionView(TenantAdminView):
     @extend_schema(
         operation_id="approvals_decide",
         tags=["approvals"],
@@ -132,10 +125,8 @@ class ApprovalDecisionView(ApiView):
         gate = _gates().filter(task=task, key=key).first()
         if gate is None:
             raise NotFound(f"Approval gate {key!r} not found on this task.")
-        decision = access.may_decide(request.user, gate, task)
-        if not decision:
-            raise PermissionDenied(_sentence(decision.reason))
-        data = parse(DecisionInputSerializer, request)
+        self.require(access.may_decide(request.user, gate, task))
+        data = self.body(DecisionInputSerializer)
         try:
             lifecycle.task_decide_approval(
                 task_id=task.pk,
@@ -147,7 +138,7 @@ class ApprovalDecisionView(ApiView):
                 via="api",
             )
         except lifecycle.DecisionRefused as exc:
-            raise Conflict(_sentence(str(exc))) from None
+            raise Conflict(sentence(str(exc))) from None
         gate = _gates().prefetch_related("decisions__reviewer").get(pk=gate.pk)
         return Response(GateSerializer(gate).data)
 
@@ -193,7 +184,7 @@ def _rule_data(rule: ApprovalPolicyRule) -> dict[str, Any]:
     return {**PolicyRuleSerializer(rule).data, "tenant": rule.tenant.slug}
 
 
-class ApprovalPolicyListView(ApiView):
+class ApprovalPolicyListView(TenantAdminView):
     @extend_schema(
         operation_id="approval_policies_list",
         tags=["approvals"],
@@ -223,14 +214,11 @@ class ApprovalPolicyListView(ApiView):
         responses={201: PolicyRuleSerializer, **problems(400, 403, 404, 422)},
     )
     def post(self, request: Request) -> Response:
-        data = parse(PolicyRuleSerializer, request)
-        tenant = caller_tenant(request, data.get("tenant"))
-        allowed = access.may_manage_approvals(request.user, tenant.pk)
-        if not allowed:
-            raise PermissionDenied(_sentence(allowed.reason))
+        data = self.body(PolicyRuleSerializer)
+        tenant = self.tenant(data.get("tenant"), access.may_manage_approvals)
         rule = approval_policies.save_rule(
             tenant=tenant,
-            actor=actor_of(request),
+            actor=self.actor,
             created_by=request.user,
             tool_name=data["tool_name"],
             key=data["key"],
@@ -245,7 +233,7 @@ class ApprovalPolicyListView(ApiView):
         return Response(_rule_data(rule), status=201)
 
 
-class ApprovalPolicyDetailView(ApiView):
+class ApprovalPolicyDetailView(TenantAdminView):
     @extend_schema(
         operation_id="approval_policies_delete",
         tags=["approvals"],
@@ -265,13 +253,11 @@ class ApprovalPolicyDetailView(ApiView):
         )
         if rule is None:
             raise NotFound("Approval policy not found.")
-        allowed = access.may_manage_approvals(request.user, rule.tenant_id)
-        if not allowed:
-            raise PermissionDenied(_sentence(allowed.reason))
+        self.require(access.may_manage_approvals(request.user, rule.tenant_id))
         try:
             approval_policies.delete_rule(
                 tenant=rule.tenant,
-                actor=actor_of(request),
+                actor=self.actor,
                 created_by=request.user,
                 rule_id=rule.pk,
             )
@@ -297,7 +283,7 @@ def _group_data(group: ReviewerGroup) -> dict[str, Any]:
     }
 
 
-class ReviewerGroupListView(ApiView):
+class ReviewerGroupListView(TenantAdminView):
     @extend_schema(
         operation_id="reviewer_groups_list",
         tags=["approvals"],
@@ -324,15 +310,12 @@ class ReviewerGroupListView(ApiView):
         responses={200: ReviewerGroupSerializer, **problems(400, 403, 404, 422)},
     )
     def post(self, request: Request) -> Response:
-        data = parse(ReviewerGroupSerializer, request)
-        tenant = caller_tenant(request, data.get("tenant"))
-        allowed = access.may_manage_approvals(request.user, tenant.pk)
-        if not allowed:
-            raise PermissionDenied(_sentence(allowed.reason))
+        data = self.body(ReviewerGroupSerializer)
+        tenant = self.tenant(data.get("tenant"), access.may_manage_approvals)
         try:
             group = approval_policies.save_group(
-                tenant=tenant, actor=actor_of(request), name=data["name"], members=data["members"]
+                tenant=tenant, actor=self.actor, name=data["name"], members=data["members"]
             )
         except ValueError as exc:
-            raise ValidationError({"members": [_sentence(str(exc))]}) from None
+            raise ValidationError({"members": [sentence(str(exc))]}) from None
         return Response(_group_data(group))

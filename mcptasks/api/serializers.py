@@ -1,4 +1,4 @@
-"""Input and output serializers of the REST API (mcptasks.api, audit.api).
+"""Input and output serializers of the REST API's tasks and tokens (audit's are audit.serializers).
 
 Input serializers only parse and validate; output serializers only render. None of them saves:
 every write goes through lifecycle (tasks) or the token and export services (STYLE rule 4).
@@ -14,25 +14,13 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from audit.redact import redact_text
+from audit.serializers import AuditEventSerializer
 from mcptasks import access, queries, wire
 from mcptasks.lifecycle import RECONCILE_DECISIONS
 from mcptasks.models import Effect, InputState, Task, TaskState
 from mcptasks.protocol.tasks import detailed_for
 
 WIRE_STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
-
-
-# ---------------------------------------------------------------- problems (RFC 9457)
-class ProblemSerializer(serializers.Serializer):
-    """``application/problem+json``: every error of the API."""
-
-    type = serializers.CharField(help_text="A URI naming the problem type (about:blank).")
-    title = serializers.CharField(help_text="The HTTP status phrase or a short summary.")
-    status = serializers.IntegerField(help_text="The HTTP status code.")
-    detail = serializers.CharField(help_text="What went wrong, specifically.")
-    errors = serializers.JSONField(  # type: ignore[assignment]  # a field, not Serializer.errors
-        required=False, help_text="Per-field validation messages (422 only)."
-    )
 
 
 # ---------------------------------------------------------------- the wire task (docs only)
@@ -149,29 +137,6 @@ class EffectSerializer(serializers.Serializer):
 class DelegationSerializer(serializers.Serializer):
     user = serializers.CharField()
     delegation = serializers.ChoiceField(choices=sorted(access.DELEGATIONS))
-
-
-class ActorSerializer(serializers.Serializer):
-    kind = serializers.CharField(source="actor_kind")
-    id = serializers.CharField(source="actor_id")
-    display = serializers.CharField(source="actor_display")
-
-
-class AuditEventSerializer(serializers.Serializer):
-    """An audit event, redacted when recorded, with its hash-chain fields."""
-
-    id = serializers.IntegerField()
-    chain = serializers.CharField()
-    seq = serializers.IntegerField()
-    created_at = serializers.DateTimeField()
-    tenant_id = serializers.IntegerField(allow_null=True)
-    actor = ActorSerializer(source="*")
-    action = serializers.CharField()
-    task_id = serializers.CharField()
-    data = serializers.JSONField()  # type: ignore[assignment]  # a field, not Serializer.data
-    request_id = serializers.CharField()
-    prev_hash = serializers.CharField()
-    hash = serializers.CharField()
 
 
 class CancelIntentSerializer(serializers.Serializer):
@@ -297,50 +262,6 @@ class DelegationInputSerializer(serializers.Serializer):
     delegation = serializers.ChoiceField(
         choices=sorted(access.DELEGATIONS), help_text="view, or answer (which includes view)."
     )
-
-
-# ---------------------------------------------------------------- audit
-class ExportInputSerializer(serializers.Serializer):
-    """What to export. The chain defaults to the caller's tenant."""
-
-    format = serializers.ChoiceField(
-        choices=("jsonl", "csv", "ocsf"),
-        default="jsonl",
-        help_text="jsonl: stored events; csv; ocsf: JSON Lines of OCSF 1.3 events (docs/audit.md)",
-    )
-    tenant = serializers.SlugField(
-        required=False, max_length=64, help_text="Export this tenant's chain."
-    )
-    chain = serializers.CharField(
-        required=False,
-        max_length=80,
-        help_text='"tenant:<slug>", "system", or "*" for every chain (staff operators).',
-    )
-    actor = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        max_length=200,
-        default="",
-        help_text="A user id or display name.",
-    )
-    action = serializers.CharField(required=False, allow_blank=True, max_length=64, default="")
-    task_id = serializers.CharField(required=False, allow_blank=True, max_length=64, default="")
-    since = serializers.DateTimeField(
-        required=False, allow_null=True, default=None, help_text="Inclusive."
-    )
-    until = serializers.DateTimeField(
-        required=False, allow_null=True, default=None, help_text="Exclusive."
-    )
-
-
-class ExportSerializer(serializers.Serializer):
-    id = serializers.CharField(help_text="A signed handle of this export; it expires.")
-    format = serializers.CharField()
-    count = serializers.IntegerField()
-    content_sha256 = serializers.CharField()
-    file = serializers.CharField(help_text="Where to download the file.")
-    manifest_url = serializers.CharField(help_text="Where to download the signed manifest.")
-    manifest = serializers.DictField(help_text="The signed manifest (Ed25519).")
 
 
 # ---------------------------------------------------------------- tokens

@@ -20,20 +20,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from mcptasks import access, sinks
-from mcptasks.api import (
-    ApiView,
-    Conflict,
-    Unprocessable,
-    _sentence,
-    actor_of,
-    caller_tenant,
-    parse,
-    problems,
-)
 from mcptasks.models import Delivery, DeliveryState, Destination
 from mcptasks.outbox import delivery as outbox_delivery
 from mcptasks.outbox import destinations as service
 from mcptasks.outbox.subscriptions import ALL_EVENTS
+from mcptasks.restkit.errors import Conflict, Unprocessable, problems, sentence
+from mcptasks.restkit.views import ApiView, TenantAdminView
 
 User = get_user_model()
 LOG_LIMIT = 100
@@ -48,7 +40,7 @@ class BadConfig(APIException):
 
 
 def _bad(exc: sinks.ConfigError) -> BadConfig:
-    return BadConfig({exc.field: [_sentence(exc.message)]})
+    return BadConfig({exc.field: [sentence(exc.message)]})
 
 
 class DestinationInputSerializer(serializers.Serializer):
@@ -149,12 +141,6 @@ def _destination(request: Request, destination_id: int) -> Destination:
     return found
 
 
-def _managed(request: Request, destination: Destination) -> None:
-    allowed = access.may_manage_destinations(request.user, destination.tenant_id)
-    if not allowed:
-        raise PermissionDenied(_sentence(allowed.reason))
-
-
 def _owner(tenant_id: int, username: str | None) -> Any:
     if not username:
         return None
@@ -166,7 +152,7 @@ def _owner(tenant_id: int, username: str | None) -> Any:
     return owner
 
 
-class DestinationListView(ApiView):
+class DestinationListView(TenantAdminView):
     @extend_schema(
         operation_id="destinations_list",
         tags=["destinations"],
@@ -195,15 +181,12 @@ class DestinationListView(ApiView):
         responses={201: DestinationSerializer, **problems(400, 403, 404, 422)},
     )
     def post(self, request: Request) -> Response:
-        data = parse(DestinationInputSerializer, request)
-        tenant = caller_tenant(request, data.get("tenant"))
-        allowed = access.may_manage_destinations(request.user, tenant.pk)
-        if not allowed:
-            raise PermissionDenied(_sentence(allowed.reason))
+        data = self.body(DestinationInputSerializer)
+        tenant = self.tenant(data.get("tenant"), access.may_manage_destinations)
         try:
             destination = service.create(
                 tenant=tenant,
-                actor=actor_of(request),
+                actor=self.actor,
                 created_by=request.user,
                 name=data["name"],
                 kind=data["kind"],
@@ -218,7 +201,7 @@ class DestinationListView(ApiView):
         return Response(DestinationSerializer(destination).data, status=201)
 
 
-class DestinationDetailView(ApiView):
+class DestinationDetailView(TenantAdminView):
     @extend_schema(
         operation_id="destinations_get",
         tags=["destinations"],
@@ -240,12 +223,12 @@ class DestinationDetailView(ApiView):
     )
     def patch(self, request: Request, destination_id: int) -> Response:
         destination = _destination(request, destination_id)
-        _managed(request, destination)
-        data = parse(DestinationChangeSerializer, request)
+        self.require(access.may_manage_destinations(request.user, destination.tenant_id))
+        data = self.body(DestinationChangeSerializer)
         try:
             destination = service.update(
                 destination=destination,
-                actor=actor_of(request),
+                actor=self.actor,
                 name=data.get("name"),
                 config=data.get("config"),
                 secret=data.get("secret") or None,
@@ -267,8 +250,8 @@ class DestinationDetailView(ApiView):
     )
     def delete(self, request: Request, destination_id: int) -> Response:
         destination = _destination(request, destination_id)
-        _managed(request, destination)
-        service.delete(destination=destination, actor=actor_of(request))
+        self.require(access.may_manage_destinations(request.user, destination.tenant_id))
+        service.delete(destination=destination, actor=self.actor)
         return Response(status=204)
 
 
@@ -294,7 +277,7 @@ class DeliveryListView(ApiView):
         return Response(DeliverySerializer(rows.order_by("-id")[:LOG_LIMIT], many=True).data)
 
 
-class RedeliverView(ApiView):
+class RedeliverView(TenantAdminView):
     @extend_schema(
         operation_id="destinations_redeliver",
         tags=["destinations"],
@@ -310,11 +293,11 @@ class RedeliverView(ApiView):
         row = Delivery.objects.filter(destination=destination, pk=delivery_id).first()
         if row is None:
             raise NotFound("Delivery not found.")
-        data = parse(RedeliverInputSerializer, request)
+        data = self.body(RedeliverInputSerializer)
         row.destination = destination
         try:
             row = outbox_delivery.redeliver(
-                delivery=row, user=request.user, actor=actor_of(request), reason=data["reason"]
+                delivery=row, user=request.user, actor=self.actor, reason=data["reason"]
             )
         except outbox_delivery.NotDead:
             raise Conflict("Only a dead-lettered delivery may be redelivered.") from None
