@@ -25,6 +25,7 @@ from mcptasks.access.roles import (
     tenant_roles,
     tenants_where,
 )
+from mcptasks.access.tasks import get_visible_task, task_for
 from mcptasks.models import (
     ApiToken,
     Audience,
@@ -179,6 +180,22 @@ def gate_for_reviewer(user: Any, task_id: Any, key: Any) -> tuple[Task, InputReq
     if gate.decisions.filter(reviewer=user).exists():
         return task, gate
     return None
+
+
+def input_for(user: Any, task_id: Any, key: Any) -> tuple[Task, InputRequest | None]:
+    """The doorway to one input request: the task ``user`` may see (:func:`task_for`) with its
+    request ``key`` (None when it has none such) — or, for an eligible reviewer who may not
+    otherwise see the task, its approval gate (:func:`gate_for_reviewer`). Raises
+    :class:`TaskHidden` for anyone else (the miss counts, as :func:`task_for`'s)."""
+    task = get_visible_task(user, task_id)
+    if task is None:
+        reviewed = gate_for_reviewer(user, task_id, key)
+        if reviewed is not None:
+            return reviewed
+        # Seen meanwhile (a grant just given) or, as nearly always, TaskHidden: the miss counts.
+        task = task_for(user, task_id)
+    request = task.input_requests.filter(key=key).first() if isinstance(key, str) else None
+    return task, request
 
 
 def task_for_reviewer(user: Any, task_id: Any, keys: list[Any]) -> Task | None:

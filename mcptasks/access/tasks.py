@@ -188,15 +188,24 @@ def _decide(user: Any, action: Action, task: Task) -> None:
 
 
 def task_for(
-    user: Any, task_id: Any, action: Action = Action.VIEW, *, related: tuple[str, ...] = ()
+    user: Any,
+    task_id: Any,
+    action: Action = Action.VIEW,
+    *,
+    related: tuple[str, ...] = (),
+    lookup: bool = True,
 ) -> Task:
     """The doorway: the task ``user`` may do ``action`` to, fetched and decided in one call, on
-    every channel (MCP, REST, dashboard, consumers, the outbox). Raises :class:`TaskHidden`
+    every channel (MCP, REST, dashboard, its socket, the outbox). Raises :class:`TaskHidden`
     when the user may not see it (the miss counts against their budget of unknown-id lookups,
     past which ``limits.Throttled`` is raised) and :class:`Refused` when they may see it but
-    not do ``action``."""
+    not do ``action``. ``lookup=False`` where the id did not come from the user (a tenant's
+    change forwarded to their socket, a destination's owner the outbox writes for): a miss
+    there is no probing and counts against nothing."""
     task = get_visible_task(user, task_id, related)
     if task is None:
+        if not lookup:
+            raise TaskHidden(str(task_id)[:64])
         _missed(user, task_id)
     _decide(user, action, task)
     return task
@@ -205,8 +214,8 @@ def task_for(
 def effect_for(user: Any, effect_id: Any, action: Action = Action.VIEW) -> Any:
     """The doorway for an effect: the effect ``effect_id`` (its task loaded) when ``user`` may
     do ``action`` to its task — :class:`TaskHidden` for an unknown id or an effect of a task
-    they may not see (a miss, as :func:`task_for`'s), :class:`Refused` when they may see it
-    but not do ``action``."""
+    they may not see (an effect id is no task id: a miss counts against no lookup budget),
+    :class:`Refused` when they may see it but not do ``action``."""
     from mcptasks.models import Effect
 
     effect = (
@@ -215,7 +224,7 @@ def effect_for(user: Any, effect_id: Any, action: Action = Action.VIEW) -> Any:
         else None
     )
     if effect is None or not can(user, Action.VIEW, effect.task):
-        _missed(user, f"effect:{effect_id}")
+        raise TaskHidden(f"effect {str(effect_id)[:20]}")
     _decide(user, action, effect.task)
     return effect
 
