@@ -73,7 +73,10 @@ def cached_roles(user: Any) -> dict[int, set[str]] | None:
 
 
 def roles(user: Any) -> dict[int, set[str]]:
-    """The roles of ``user`` by tenant, read once per user object (one request, one socket check)."""
+    """The roles of ``user`` by tenant, read once per user object (one request, one socket
+    check); none, and no query, for an anonymous or inactive user."""
+    if not _authenticated(user):
+        return {}
     cache = cached_roles(user)
     if cache is None:
         cache = roles_by_tenant(user)
