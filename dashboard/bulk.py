@@ -1,5 +1,5 @@
 """Operators' bulk actions: cancel the tasks ticked on the tasks list, reconcile the effects
-ticked in the inbox's reconciliation queue. Each item is authorized through ``access.py`` and
+ticked in the inbox's reconciliation queue. Each item is authorized through ``access`` and
 moved by its own ``lifecycle`` verb — so each is audited on its own — and the page says what
 happened to how many."""
 

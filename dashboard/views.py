@@ -1,7 +1,7 @@
 """Dashboard views: inbox, tasks list and detail, answering input, cancel, force cancel,
 reconcile, delegations, tenant switcher.
 
-Every view parses, authorizes through ``access.py``, calls a ``lifecycle`` verb and renders
+Every view parses, authorizes through ``access``, calls a ``lifecycle`` verb and renders
 (STYLE rule 4): none assigns a state. Objects the user may not see answer 404, whatever the
 reason; visible objects with a forbidden action answer 403 with the reason.
 """
