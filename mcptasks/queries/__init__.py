@@ -20,14 +20,6 @@ from mcptasks.queries.detail import (
     shown,
     task_detail,
 )
-from mcptasks.queries.waiting import (
-    INBOX_LIMIT,
-    STUCK_CANCEL_S,
-    Inbox,
-    InboxCounts,
-    inbox,
-    inbox_counts_by_tenant,
-)
 from mcptasks.queries.listing import (
     AUDIT_ACTIONS,
     COUNT_CAP,
@@ -49,6 +41,14 @@ from mcptasks.queries.listing import (
     task_page,
     task_row,
     tool_names,
+)
+from mcptasks.queries.waiting import (
+    INBOX_LIMIT,
+    STUCK_CANCEL_S,
+    Inbox,
+    InboxCounts,
+    inbox,
+    inbox_counts_by_tenant,
 )
 
 __all__ = [
