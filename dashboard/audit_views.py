@@ -144,7 +144,12 @@ def audit_detail(request: HttpRequest, chain: str, seq: int) -> HttpResponse:
     event = queries.audit_event(request.user, chain, seq)
     if event is None:
         raise Http404("No such event")
-    task_visible = bool(event.task_id) and queries.get_task(request.user, event.task_id) is not None
+    task_visible = bool(event.task_id)
+    if task_visible:
+        try:
+            access.task_for(request.user, event.task_id)
+        except access.TaskHidden:
+            task_visible = False
     return render_page(
         request,
         "dashboard/audit_detail.html",

@@ -1,5 +1,5 @@
 """Operators' bulk actions: cancel the tasks ticked on the tasks list, reconcile the effects
-ticked in the inbox's reconciliation queue. Each item is authorized through ``access.py`` and
+ticked in the inbox's reconciliation queue. Each item is authorized through ``access`` and
 moved by its own ``lifecycle`` verb — so each is audited on its own — and the page says what
 happened to how many."""
 
@@ -17,7 +17,7 @@ from django.views.decorators.http import require_POST
 
 from dashboard import forms
 from dashboard.pages import actor_for, denied, may_bulk, page, safe_next
-from mcptasks import access, lifecycle, queries
+from mcptasks import access, lifecycle
 from mcptasks.models import TaskState
 
 BULK_MAX = 100
@@ -80,8 +80,9 @@ def bulk_cancel(request: HttpRequest) -> HttpResponse:
     reason = reason_form.cleaned_data["reason"]
     outcomes: Counter[str] = Counter()
     for task_id in selection.cleaned_data["item"]:
-        task = queries.get_task(request.user, task_id)
-        if task is None or not access.can(request.user, access.Action.CANCEL, task):
+        try:
+            task = access.task_for(request.user, task_id, access.Action.CANCEL)
+        except (access.TaskHidden, access.Refused):
             outcomes["not permitted or not found"] += 1
             continue
         if task.is_terminal or task.cancel_requested_at is not None:
@@ -116,12 +117,13 @@ def bulk_reconcile(request: HttpRequest) -> HttpResponse:
     decision = decision_form.cleaned_data
     outcomes: Counter[str] = Counter()
     for value in selection.cleaned_data["item"]:
-        effect = (
-            queries.get_effect(request.user, int(value))
-            if value.isdigit() and len(value) <= 18
-            else None
-        )
-        if effect is None or not access.can(request.user, access.Action.RECONCILE, effect.task):
+        try:
+            effect = access.effect_for(
+                request.user,
+                int(value) if value.isdigit() and len(value) <= 18 else None,
+                access.Action.RECONCILE,
+            )
+        except (access.TaskHidden, access.Refused):
             outcomes["not permitted or not found"] += 1
             continue
         try:

@@ -1,7 +1,8 @@
 """The dashboard's WebSocket: compact task updates for what the session user may see.
 
 It joins the ``tenant.<id>`` groups of the user's tenants and forwards a change only after
-``access.can(VIEW)`` says yes, so a member sees their own tasks and never another tenant's. The
+the doorway (``access.task_for``, a tenant's broadcast counting against no lookup budget)
+returns the task, so a member sees their own tasks and never another tenant's. The
 page then fetches server-rendered fragments. Consumers never write the ORM.
 
 Access is re-checked every ``MCPTASKS_STREAM_ACCESS_CHECK_S``: a user deactivated, or whose
@@ -24,7 +25,7 @@ from django.db import close_old_connections
 
 from audit.redact import redact_text
 from mcptasks import access, events
-from mcptasks.models import Task, TaskState
+from mcptasks.models import TaskState
 from mcptasks.wire import WIRE_STATUS
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,9 @@ def _grant(user_pk: int) -> Grant | None:
 
 def _update_for(user: Any, task_id: str) -> dict[str, Any] | None:
     try:
-        task = Task.objects.filter(pk=task_id).first()
-        if task is None or not access.can(user, access.Action.VIEW, task):
+        try:
+            task = access.task_for(user, task_id, lookup=False)
+        except access.TaskHidden:
             return None
         return {
             "type": "task",

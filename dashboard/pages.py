@@ -10,7 +10,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils import timezone
@@ -287,7 +287,7 @@ def start_url_name(user: Any) -> str:
     """Where a user's work is: operators on the inbox; auditors (and nothing else) on the audit
     trail; members and tenant admins on their tasks, or on the inbox while it holds something
     for them (an approval they were named for, a question of their own task)."""
-    roles = set().union(*access.roles_by_tenant(user).values())
+    roles = set().union(*access.roles(user).values())
     if Role.OPERATOR in roles:
         return "dashboard:inbox"
     if roles == {Role.AUDITOR}:
@@ -311,11 +311,22 @@ def may_bulk(request: HttpRequest) -> bool:
     return access.tenants_where(request.user, access.Action.FORCE_CANCEL) != []
 
 
-def actor_for(user: Any, task: Task | None = None) -> Actor:
-    """The audit actor of a dashboard user: ``operator`` when acting with operator rights."""
-    is_operator = (
-        access.can(user, access.Action.FORCE_CANCEL, task)
-        if task is not None
-        else access.tenants_where(user, access.Action.FORCE_CANCEL) != []
-    )
-    return Actor.for_user(user, kind="operator" if is_operator else "user")
+def actor_for(user: Any, task: Task | None = None, *, tenant_id: int | None = None) -> Actor:
+    """The audit actor of a dashboard user: :func:`access.actor` on the ``dashboard`` channel
+    (the one rule of every channel: ``operator`` when acting with operator rights)."""
+    return access.actor(user, "dashboard", task, tenant_id=tenant_id)
+
+
+def task_for(
+    request: HttpRequest, task_id: Any, action: access.Action = access.Action.VIEW
+) -> tuple[Task, HttpResponse | None]:
+    """:func:`access.task_for` for a dashboard view, with what the task page shows of its
+    relations: the task and, when ``action`` is refused, the 403 page to answer with; a task
+    the user may not see is a 404 (and a miss against their lookup budget)."""
+    try:
+        task = access.task_for(request.user, task_id, action, related=queries.DETAIL_RELATED)
+    except access.TaskHidden:
+        raise Http404("No such task") from None
+    except access.Refused as refused:
+        return refused.task, denied(request, refused.decision.reason)
+    return task, None

@@ -1,7 +1,7 @@
 """Dashboard views: inbox, tasks list and detail, answering input, cancel, force cancel,
 reconcile, delegations, tenant switcher.
 
-Every view parses, authorizes through ``access.py``, calls a ``lifecycle`` verb and renders
+Every view parses, authorizes through ``access``, calls a ``lifecycle`` verb and renders
 (STYLE rule 4): none assigns a state. Objects the user may not see answer 404, whatever the
 reason; visible objects with a forbidden action answer 403 with the reason.
 """
@@ -34,6 +34,7 @@ from dashboard.pages import (
     scope_counts,
     scope_of,
     start_url_name,
+    task_for,
     tenant_choices,
     waiting_elsewhere,
     wants_fragment,
@@ -46,20 +47,12 @@ from mcptasks.wire import WIRE_STATUS
 User = get_user_model()
 
 
-def _task_or_404(request: HttpRequest, task_id: str) -> Task:
-    task = queries.get_task(request.user, task_id)
-    if task is None:
-        raise Http404("No such task")
-    return task
-
-
 def _task_for(
     request: HttpRequest, task_id: str, action: access.Action
 ) -> tuple[Task, HttpResponse | None]:
-    """The visible task (else 404) and, when ``action`` is not permitted on it, the 403 page."""
-    task = _task_or_404(request, task_id)
-    decision = access.can(request.user, action, task)
-    return task, None if decision else denied(request, decision.reason)
+    """The doorway (:func:`dashboard.pages.task_for`): the visible task (else 404) and, when
+    ``action`` is not permitted on it, the 403 page."""
+    return task_for(request, task_id, action)
 
 
 def _detail_url(task_id: str, anchor: str = "") -> str:
@@ -169,7 +162,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
         "form": form,
         "page": result,
         "sort": filters.sort,
-        "count_cap": queries.COUNT_CAP,
+        "count_cap": queries.listing.COUNT_CAP,
         "may_bulk": may_bulk(request),
         "first_page": not request.GET.get("older") and not request.GET.get("newer"),
         "filters": disclosure(
@@ -200,7 +193,7 @@ def task_row(request: HttpRequest, task_id: str) -> HttpResponse:
 @require_GET
 def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
     """The task; ``?fragment=live`` renders its live sections alone."""
-    task = _task_or_404(request, task_id)
+    task, _ = task_for(request, task_id)
     detail = queries.task_detail(request.user, task)
     context = {
         "detail": detail,
@@ -250,10 +243,12 @@ def _answer(form_set: dict[str, Any], request_row: InputRequest) -> dict[str, An
 
 @page
 def answer_input(request: HttpRequest, task_id: str, key: str) -> HttpResponse:
-    found = queries.get_input_request(request.user, task_id, key)
-    if found is None:
+    try:
+        task, request_row = access.input_for(request.user, task_id, key)
+    except access.TaskHidden:
+        raise Http404("No such input request") from None
+    if request_row is None:
         raise Http404("No such input request")
-    task, request_row = found
     context: dict[str, Any] = {"task": task, "input": request_row}
     if request_row.kind == InputKind.APPROVAL:
         return approval_page(request, task, request_row)
@@ -357,13 +352,13 @@ def retry_task(request: HttpRequest, task_id: str) -> HttpResponse:
 # ---------------------------------------------------------------- reconcile
 @page
 def reconcile_effect(request: HttpRequest, effect_id: int) -> HttpResponse:
-    effect = queries.get_effect(request.user, effect_id)
-    if effect is None:
-        raise Http404("No such effect")
+    try:
+        effect = access.effect_for(request.user, effect_id, access.Action.RECONCILE)
+    except access.TaskHidden:
+        raise Http404("No such effect") from None
+    except access.Refused as refused:
+        return denied(request, refused.decision.reason)
     task = effect.task
-    decision = access.can(request.user, access.Action.RECONCILE, task)
-    if not decision:
-        return denied(request, decision.reason)
     form = forms.ReconcileForm(request.POST if request.method == "POST" else None)
     context = {"effect": effect, "task": task, "form": form}
     if request.method != "POST":

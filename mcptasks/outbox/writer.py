@@ -117,7 +117,9 @@ def _task_view(task: Any, owner: Any) -> dict[str, Any] | None:
     from mcptasks import access, wire
     from mcptasks.models import InputState
 
-    if not access.can(owner, access.Action.VIEW, task):
+    try:
+        access.task_for(owner, task.pk, lookup=False)
+    except access.TaskHidden:
         return None
     pending = list(
         task.input_requests.filter(state=InputState.PENDING).order_by("created_at", "id")

@@ -46,7 +46,7 @@ def test_the_total_is_counted_up_to_the_cap_and_said_to_be_more_beyond_it(
 ):
     from mcptasks import queries
 
-    monkeypatch.setattr(queries, "COUNT_CAP", 3)
+    monkeypatch.setattr(queries.listing, "COUNT_CAP", 3)
     for _ in range(3):
         make_task("alice")
     olga = client_for("olga")

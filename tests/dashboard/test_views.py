@@ -125,7 +125,7 @@ def test_inbox_shows_the_oldest_items_and_says_there_are_more(
 ):
     from mcptasks import queries
 
-    monkeypatch.setattr(queries, "INBOX_LIMIT", 2)
+    monkeypatch.setattr(queries.waiting, "INBOX_LIMIT", 2)
     made = [awaiting("alice").pk for _ in range(3)]
     response = client_for("olga").get(reverse("dashboard:inbox"))
     inbox = response.context["inbox"]

@@ -107,7 +107,7 @@ def test_tasks_get_survives_a_terminated_backend(
 ) -> None:
     settings.MCPTASKS_FAST_TASKS_GET = False  # the general path, in a pool thread
     task = make_task()
-    calls = terminate_once(access, "get_visible_task")
+    calls = terminate_once(access.tasks, "get_visible_task")
 
     reply = mcp.call("tasks/get", {"taskId": task.pk})
 

@@ -1,6 +1,8 @@
-"""Read-only selectors of the dashboard (STYLE rule 1: lifecycle writes, queries read).
+"""The dashboard's lists: the tasks list and the audit list, keyset pages with their cursors.
 
-Each selector takes the viewing user, asks ``access.py`` which rows they may see, and returns
+Read-only selectors (STYLE rule 1: lifecycle writes, queries read). Each takes the viewing
+user, asks ``access`` which rows they may see (``access.visible_tasks``, the one listing
+scope; ``access.visible_audit_events``), and returns
 plain rows or small dataclasses shaped for one page: a bounded number of queries whatever the
 row count (the query-count tests in tests/dashboard/ hold them to it), and orderings that walk an
 index (``task_tenant_created``, ``task_principal_created``, the audit primary key).
@@ -9,38 +11,24 @@ index (``task_tenant_created``, ``task_principal_created``, the audit primary ke
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import date, datetime, time, timedelta
 from itertools import islice
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from audit import actions as audit_actions
 from audit.models import AuditEvent
-from audit.redact import redact_text
-from mcptasks import access, inputs, limits, wire
-from mcptasks import timeline as task_timeline
-from mcptasks.models import (
-    Effect,
-    InputKind,
-    InputRequest,
-    InputState,
-    Task,
-    TaskState,
-    Tenant,
-)
+from mcptasks import access, inputs, wire
+from mcptasks.models import Task, TaskState, Tenant
 from mcptasks.pagination import decode_cursor, encode_cursor
 from mcptasks.search import MIN_TEXT_TERM
 from mcptasks.tools.registry import registry
 
 PAGE_SIZE = 50
 MERGE_TENANTS_MAX = 20
-# A cancel requested this long ago on a task that still runs lands in the operator's inbox.
-STUCK_CANCEL_S = settings.MCPTASKS_STUCK_CANCEL_S
-TIMELINE_LIMIT = 500
 # Heavy columns a list row never shows.
 LIST_DEFERRED = (
     "arguments",
@@ -174,8 +162,9 @@ def _day_start(day: date) -> datetime:
 
 
 def _task_rows(user: Any, filters: TaskFilters) -> QuerySet[Task]:
+    access.roles(user)  # read once per request: the scope is planned on them (index order)
     return (
-        access.visible_tasks_for_listing(user, filters.tenant_id)
+        access.visible_tasks(user, filters.tenant_id)
         .filter(filters.q())
         .select_related("tenant", "principal")
         .defer(*LIST_DEFERRED)
@@ -203,7 +192,9 @@ def _listing_parts(user: Any, filters: TaskFilters) -> list[QuerySet[Task]]:
     # The user's own and delegated tasks in the other tenants they belong to (visible tasks are
     # in the user's tenants only): no query when they see every one of them whole — an
     # ``IN (…) AND NOT IN (…)`` that can match nothing is still a full scan for the planner.
-    others = sorted(access.member_tenants(user) - set(tenant_ids)) if seeing is not None else []
+    others = (
+        sorted(set(access.member_tenant_ids(user)) - set(tenant_ids)) if seeing is not None else []
+    )
     if others:
         parts.append(_task_rows(user, filters).filter(tenant_id__in=others))
     return parts
@@ -289,262 +280,6 @@ def task_row(user: Any, task_id: str, filters: TaskFilters | None = None) -> Tas
 
 def tool_names() -> list[str]:
     return sorted(tool_def.name for tool_def in registry.all())
-
-
-# ---------------------------------------------------------------- inbox
-@dataclass
-class Inbox:
-    """Everything waiting on one user: at most :data:`INBOX_LIMIT` of each kind, oldest first;
-    ``more`` names the kinds that have more."""
-
-    inputs: list[InputRequest] = field(default_factory=list)
-    unknown_effects: list[Effect] = field(default_factory=list)
-    stuck_cancels: list[Task] = field(default_factory=list)
-    more: frozenset[str] = frozenset()
-
-    @property
-    def total(self) -> int:
-        return len(self.inputs) + len(self.unknown_effects) + len(self.stuck_cancels)
-
-
-@dataclass(frozen=True)
-class InboxCounts:
-    inputs: int
-    unknown_effects: int
-    stuck_cancels: int
-
-    @property
-    def total(self) -> int:
-        return self.inputs + self.unknown_effects + self.stuck_cancels
-
-
-INBOX_LIMIT = 50
-
-
-def _stuck_cancels(user: Any, now: datetime | None, tenant_id: int | None) -> QuerySet[Task]:
-    """Running tasks whose cancel intent is older than the threshold (a task in any other
-    state is cancelled at once when intent is recorded, so only running ones can linger)."""
-    threshold = (now or timezone.now()) - timedelta(seconds=STUCK_CANCEL_S)
-    return _in_tenant(
-        access.tasks_where(user, access.Action.FORCE_CANCEL).filter(
-            state=TaskState.RUNNING, cancel_requested_at__lt=threshold
-        ),
-        tenant_id,
-    )
-
-
-def _in_tenant(rows: QuerySet[Any], tenant_id: int | None) -> QuerySet[Any]:
-    """``rows`` of one tenant, or all of them (``tenant_id`` None): the dashboard's scope."""
-    return rows if tenant_id is None else rows.filter(tenant_id=tenant_id)
-
-
-def inbox(user: Any, *, tenant_id: int | None = None, now: datetime | None = None) -> Inbox:
-    """Input requests ``user`` may answer, unknown effects they may reconcile, and tasks whose
-    requested cancel has not taken effect within :data:`STUCK_CANCEL_S` — in one tenant, or
-    every tenant (``tenant_id`` None) — three queries."""
-    inputs = list(
-        _in_tenant(access.answerable_inputs(user), tenant_id)
-        .select_related("task", "task__principal", "tenant")
-        .defer(*(f"task__{name}" for name in LIST_DEFERRED))
-        .order_by("created_at", "pk")[: INBOX_LIMIT + 1]
-    )
-    effects = list(
-        _in_tenant(access.reconcilable_effects(user), tenant_id)
-        .select_related("task", "task__principal", "tenant")
-        .defer("result", *(f"task__{name}" for name in LIST_DEFERRED))
-        .order_by("updated_at", "pk")[: INBOX_LIMIT + 1]
-    )
-    stuck = list(
-        _stuck_cancels(user, now, tenant_id)
-        .select_related("tenant", "principal", "cancel_requested_by")
-        .defer(*LIST_DEFERRED)
-        .order_by("cancel_requested_at")[: INBOX_LIMIT + 1]
-    )
-    found = {"inputs": inputs, "unknown_effects": effects, "stuck_cancels": stuck}
-    return Inbox(
-        inputs=inputs[:INBOX_LIMIT],
-        unknown_effects=effects[:INBOX_LIMIT],
-        stuck_cancels=stuck[:INBOX_LIMIT],
-        more=frozenset(kind for kind, rows in found.items() if len(rows) > INBOX_LIMIT),
-    )
-
-
-def _answerable_per_tenant(user: Any) -> dict[int, int]:
-    """access.answerable_inputs counted per tenant in one grouped query that also counts the
-    approval gates among them; only when there are any are they read and checked against their
-    policies (a second query): no page pays for gates that are not there."""
-    pending = access.answerable_inputs_before_gates(user)
-    grouped = (
-        pending.order_by()
-        .values("tenant_id")
-        .annotate(n=Count("pk"), gates=Count("pk", filter=Q(kind=InputKind.APPROVAL)))
-    )
-    counts = {row["tenant_id"]: row["n"] for row in grouped if row["n"]}
-    if any(row["gates"] for row in grouped):
-        for gate in access.refused_gates(user, pending):
-            counts[gate.tenant_id] -= 1
-    return {tenant_id: n for tenant_id, n in counts.items() if n}
-
-
-def inbox_counts_by_tenant(user: Any, *, now: datetime | None = None) -> dict[int, InboxCounts]:
-    """How much waits on ``user`` (what :func:`inbox` lists, counted) in each tenant with
-    anything waiting: three grouped queries, for the navigation's badge and the inbox's "more
-    in your other tenants"."""
-
-    def per_tenant(rows: QuerySet[Any]) -> dict[int, int]:
-        grouped = rows.order_by().values("tenant_id").annotate(n=Count("pk"))
-        return {row["tenant_id"]: row["n"] for row in grouped}
-
-    inputs = _answerable_per_tenant(user)
-    effects = per_tenant(access.reconcilable_effects(user))
-    stuck = per_tenant(_stuck_cancels(user, now, None))
-    return {
-        tenant_id: InboxCounts(
-            inputs=inputs.get(tenant_id, 0),
-            unknown_effects=effects.get(tenant_id, 0),
-            stuck_cancels=stuck.get(tenant_id, 0),
-        )
-        for tenant_id in {*inputs, *effects, *stuck}
-    }
-
-
-# ---------------------------------------------------------------- task detail
-@dataclass
-class InputView:
-    request: InputRequest
-    decision: access.Decision | None  # None unless pending
-    params: Any  # the question, redacted (the owner's raw form is in the wire task only)
-    response: Any  # the stored answer, redacted
-
-
-@dataclass
-class TaskDetail:
-    task: Task
-    arguments: Any
-    result: Any
-    error: Any
-    status_message: str
-    inputs: list[InputView]
-    effects: list[Effect]
-    timeline: list[AuditEvent]
-    timeline_truncated: bool
-    delegations: list[tuple[Any, str]]
-    may_cancel: bool
-    may_force_cancel: bool
-    may_reconcile: bool
-    may_grant: bool
-    candidates: list[Any]
-    failure: Any = None
-    may_retry: bool = False
-
-    @property
-    def pending_inputs(self) -> list[InputView]:
-        return [view for view in self.inputs if view.request.state == InputState.PENDING]
-
-
-shown = wire.shown
-sensitive_keys_of = wire.sensitive_keys_of
-
-
-def secret_fields(params: dict[str, Any]) -> frozenset[str]:
-    """Fields an elicitation schema marks as sensitive (``x-sensitive`` or password format)."""
-    properties = (params.get("requestedSchema") or {}).get("properties") or {}
-    return frozenset(
-        name
-        for name, schema in properties.items()
-        if isinstance(schema, dict)
-        and (schema.get("x-sensitive") or schema.get("format") == "password")
-    )
-
-
-def find_task(user: Any, task_id: Any, related: tuple[str, ...] = ()) -> Task | None:
-    """The task if ``user`` may see it (access.get_visible_task), on every channel — MCP, REST,
-    dashboard; a miss (unknown, foreign or expired id) counts against the user's budget of
-    unknown-id lookups, and past it raises ``limits.Throttled`` (429)."""
-    task = access.get_visible_task(user, task_id, related)
-    if task is None and user is not None and user.is_authenticated:
-        limits.check_unknown_lookup(principal_id=user.pk, task_id=str(task_id)[:64])
-    return task
-
-
-def get_task(user: Any, task_id: Any) -> Task | None:
-    """The task with what its detail page shows of its relations, if ``user`` may see it."""
-    return find_task(user, task_id, ("principal", "token", "cancel_requested_by"))
-
-
-def task_detail(user: Any, task: Task) -> TaskDetail:
-    """Everything the detail page shows of a task ``user`` may see (access checked by the
-    caller with :func:`get_task`)."""
-    sensitive = sensitive_keys_of(task.tool_name)
-    requests = list(task.input_requests.select_related("answered_by").order_by("created_at", "pk"))
-    pending = [r for r in requests if r.state == InputState.PENDING]
-    decisions = access.answer_decisions(user, task, pending)
-    inputs = [
-        InputView(
-            request=r,
-            decision=decisions.get(r.pk),
-            params=shown(r.params, sensitive),
-            response=shown(r.response, secret_fields(r.params)),
-        )
-        for r in requests
-    ]
-    effects = list(task.effects.select_related("reconciled_by").order_by("created_at", "pk"))
-    events = list(
-        AuditEvent.objects.filter(task_id=task.pk, tenant_id=task.tenant_id).order_by("-id")[
-            : TIMELINE_LIMIT + 1
-        ]
-    )
-    truncated = len(events) > TIMELINE_LIMIT
-    timeline = task_timeline.fold(list(reversed(events[:TIMELINE_LIMIT])))
-    terminal = task.state in {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED}
-    may_grant = bool(access.can(user, access.Action.GRANT, task))
-    return TaskDetail(
-        task=task,
-        arguments=shown(task.arguments, sensitive),
-        result=shown(task.result, sensitive),
-        error=shown(task.error, sensitive),
-        status_message=redact_text(task.status_message or ""),
-        inputs=inputs,
-        effects=effects,
-        timeline=timeline,
-        timeline_truncated=truncated,
-        delegations=access.delegations_of(task),
-        may_cancel=(
-            not terminal
-            and task.cancel_requested_at is None
-            and bool(access.can(user, access.Action.CANCEL, task))
-        ),
-        may_force_cancel=not terminal and bool(access.can(user, access.Action.FORCE_CANCEL, task)),
-        may_reconcile=bool(access.can(user, access.Action.RECONCILE, task)),
-        may_grant=may_grant,
-        candidates=list(access.delegation_candidates(task)) if may_grant else [],
-        failure=shown(task.failure, sensitive),
-        may_retry=bool(task.failure)
-        and task.state == TaskState.FAILED
-        and bool(access.can(user, access.Action.RETRY, task)),
-    )
-
-
-def get_input_request(user: Any, task_id: Any, key: str) -> tuple[Task, InputRequest] | None:
-    """A task ``user`` may see and one of its input requests by key — or, for an eligible
-    reviewer who may not otherwise see the task, its approval gate (access.gate_for_reviewer)."""
-    task = access.get_visible_task(user, task_id)
-    if task is None:
-        reviewed = access.gate_for_reviewer(user, task_id, key)
-        if reviewed is not None:
-            return reviewed
-        find_task(user, task_id)  # the miss counts against the unknown-id budget
-        return None
-    request = task.input_requests.filter(key=key).first()
-    return (task, request) if request is not None else None
-
-
-def get_effect(user: Any, effect_id: int) -> Effect | None:
-    """An effect of a task ``user`` may see."""
-    effect = Effect.objects.select_related("task", "task__tenant").filter(pk=effect_id).first()
-    if effect is None or not access.can(user, access.Action.VIEW, effect.task):
-        return None
-    return effect
 
 
 # ---------------------------------------------------------------- audit
