@@ -465,13 +465,13 @@ class TaskCancelView(TaskActionView):
     input_serializer = CancelSerializer
 
     def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
-        if task.is_terminal:
-            raise Conflict(f"The task already ended ({task.state}); a terminal task never changes.")
-        lifecycle.task_request_cancel(
+        outcome = lifecycle.task_request_cancel(
             task_id=task.pk,
             actor=actor_of(request, task),
             reason=data["reason"] or "REST API cancel",
         )
+        if outcome.ended:
+            raise Conflict(outcome.ended_reason)
 
 
 @action_schema(

@@ -25,7 +25,13 @@ from mcptasks.lifecycle._core import (
     TaskNotFound,
     error_object,
 )
-from mcptasks.lifecycle.cancel import task_cancel_now, task_force_cancel, task_request_cancel
+from mcptasks.lifecycle.cancel import (
+    CancelOutcome,
+    CancelResult,
+    task_cancel_now,
+    task_force_cancel,
+    task_request_cancel,
+)
 from mcptasks.lifecycle.creation import (
     AnsweredInput,
     CreationKeyConflict,
@@ -78,6 +84,8 @@ __all__ = [
     "AnsweredInput",
     "AtCapacity",
     "AttemptMayBeAlive",
+    "CancelOutcome",
+    "CancelResult",
     "CreationKeyConflict",
     "DecisionRefused",
     "EffectNotUnknown",

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import StrEnum
+
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from audit.record import Actor
-from mcptasks import events
 from mcptasks.lifecycle._core import (
     RELEASED_LEASE,
     SUSPENDED_STATES,
@@ -55,10 +57,36 @@ def task_cancel_now(*, task_id: str, actor: Actor, attempt: int | None = None) -
         return _cancel_now(task_id, actor=actor, attempt=attempt)
 
 
-def task_request_cancel(*, task_id: str, actor: Actor, reason: str = "") -> Task:
+class CancelResult(StrEnum):
+    """What a request to cancel did (lifecycle decides it; each channel renders it)."""
+
+    REQUESTED = "requested"  # intent recorded: the running task stops at its next safe point
+    CANCELLED = "cancelled"  # the task was not running: cancelled at once
+    ALREADY_REQUESTED = "already_requested"  # intent was recorded before; nothing changed
+    ALREADY_ENDED = "already_ended"  # the task is terminal: nothing to cancel, nothing changed
+
+
+@dataclass(frozen=True)
+class CancelOutcome:
+    task: Task
+    result: CancelResult
+
+    @property
+    def ended(self) -> bool:
+        """The task had already ended: the request changed nothing and recorded nothing."""
+        return self.result is CancelResult.ALREADY_ENDED
+
+    @property
+    def ended_reason(self) -> str:
+        """Why nothing was cancelled, naming the task's final state (for a terminal task)."""
+        return f"The task already ended ({self.task.state}); a terminal task never changes."
+
+
+def task_request_cancel(*, task_id: str, actor: Actor, reason: str = "") -> CancelOutcome:
     """Record cancel intent and acknowledge; a task that is not running is cancelled at once.
 
-    Cancelling a terminal task is an idempotent no-op that returns it unchanged.
+    Cancelling a terminal task, or one whose cancel was already asked for, changes nothing and
+    audits nothing (the outcome says which: :class:`CancelResult`).
     """
     with transaction.atomic():
         now = timezone.now()
@@ -74,11 +102,14 @@ def task_request_cancel(*, task_id: str, actor: Actor, reason: str = "") -> Task
         if task is None:
             raise TaskNotFound(task_id)
         if not recorded:
-            return task  # terminal, or intent already recorded
+            return CancelOutcome(
+                task,
+                CancelResult.ALREADY_ENDED if task.is_terminal else CancelResult.ALREADY_REQUESTED,
+            )
         _audit(task, "task.cancel_requested", actor, {"reason": reason})
         if task.state in SUSPENDED_STATES:
-            task = _cancel_now(task_id, actor=actor)
-    return task
+            return CancelOutcome(_cancel_now(task_id, actor=actor), CancelResult.CANCELLED)
+    return CancelOutcome(task, CancelResult.REQUESTED)
 
 
 def task_force_cancel(*, task_id: str, actor: Actor, reason: str) -> Task:
@@ -101,6 +132,6 @@ def task_force_cancel(*, task_id: str, actor: Actor, reason: str) -> Task:
         _supersede_pending(task_id)
         _audit(task, "task.force_cancelled", actor, {"reason": reason})
         _leave_open_effects(task, actor=actor, cause="force_cancel")
+        # Its running attempt, if any, is fenced off: its next write is refused.
         _changed(task)
-        events.enqueue_on_commit("revoke_task", task_id=task.pk)
     return task
