@@ -467,15 +467,7 @@ shown = wire.shown
 sensitive_keys_of = wire.sensitive_keys_of
 
 
-def secret_fields(params: dict[str, Any]) -> frozenset[str]:
-    """Fields an elicitation schema marks as sensitive (``x-sensitive`` or password format)."""
-    properties = (params.get("requestedSchema") or {}).get("properties") or {}
-    return frozenset(
-        name
-        for name, schema in properties.items()
-        if isinstance(schema, dict)
-        and (schema.get("x-sensitive") or schema.get("format") == "password")
-    )
+secret_fields = inputs.secret_fields
 
 
 def find_task(user: Any, task_id: Any, related: tuple[str, ...] = ()) -> Task | None:

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from audit.record import Actor
+from mcptasks.inputs import secret_fields
 from mcptasks.lifecycle._core import (
     AWAITING_STATES,
     RELEASED_LEASE,
@@ -141,7 +142,7 @@ def task_answer_input(
             "task.input_answered",
             actor,
             {"key": key, "via": via, "action": response.get("action"), "response": response},
-            sensitive_keys=_secret_fields(request.params),
+            sensitive_keys=secret_fields(request.params),
         )
         _changed(task)
         if target == S.QUEUED:
@@ -267,17 +268,6 @@ def _after_input(task_id: str, *, resuming: str) -> tuple[str, str]:
     if remaining & {Audience.CLIENT, Audience.ANY}:
         return S.AWAITING_INPUT, "Waiting for input"
     return S.AWAITING_OPERATOR, "Waiting for an operator"
-
-
-def _secret_fields(params: dict[str, Any]) -> frozenset[str]:
-    """Fields an elicitation schema marks as sensitive (``x-sensitive`` or password format)."""
-    properties = (params.get("requestedSchema") or {}).get("properties") or {}
-    return frozenset(
-        name
-        for name, schema in properties.items()
-        if isinstance(schema, dict)
-        and (schema.get("x-sensitive") or schema.get("format") == "password")
-    )
 
 
 def task_timeout_input(*, task_id: str, key: str, fail: bool = True) -> Task:
