@@ -556,8 +556,14 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
         return None
     with tracing.attempt_span(task, started_ns) as span:  # one span of the task's trace
         state = _run_claimed(task)
-        tracing.note_outcome(span, task.pk, state)
+        tracing.note_outcome(span, state, lambda: _error_class(task.pk))
     return state
+
+
+def _error_class(task_id: str) -> str:
+    """The exception class a failed task's diagnosis names (failures.py), for its span."""
+    failure = Task.objects.filter(pk=task_id).values_list("failure", flat=True).first()
+    return str((failure or {}).get("error_class") or "")
 
 
 def _run_claimed(task: Task) -> str | None:

@@ -7,6 +7,7 @@ from typing import Any
 from django.db import transaction
 
 from audit.record import Actor
+from mcptasks import access
 from mcptasks.lifecycle._core import TaskNotFound, _audit
 from mcptasks.models import Task
 
@@ -16,8 +17,6 @@ def task_grant_delegation(
 ) -> Task:
     """Grant (or revoke) a per-task right for ``grantee``; audited. The caller authorized it
     with ``access.can(..., Action.GRANT, ...)``."""
-    from mcptasks import access
-
     if delegation not in access.DELEGATIONS:
         raise ValueError(f"delegation must be one of {', '.join(access.DELEGATIONS)}")
     with transaction.atomic():
