@@ -430,13 +430,17 @@ def revoke_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
     )
     if grantee is None:
         raise Http404("No such delegation")
-    lifecycle.task_grant_delegation(
-        task_id=task.pk,
-        actor=actor_for(request.user, task),
-        grantee=grantee,
-        delegation=form.cleaned_data["delegation"],
-        revoke=True,
-    )
+    try:
+        lifecycle.task_grant_delegation(
+            task_id=task.pk,
+            actor=actor_for(request.user, task),
+            grantee=grantee,
+            delegation=form.cleaned_data["delegation"],
+            revoke=True,
+        )
+    except lifecycle.DelegationNotHeld as exc:
+        context = {"task": task, "reason": str(exc)}
+        return render_page(request, "dashboard/nothing_to_revoke.html", context, status=404)
     messages.success(
         request, f"Revoked {grantee.get_username()}'s {form.cleaned_data['delegation']} right."
     )

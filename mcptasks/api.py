@@ -563,22 +563,19 @@ class TaskRevokeDelegationView(TaskActionView):
     input_serializer = DelegationInputSerializer
 
     def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
-        held = {
-            user.get_username(): user
-            for user, name in access.delegations_of(task)
-            if name == data["delegation"]
-        }
-        if data["user"] not in held:
-            raise NotFound(
-                f"{data['user']!r} holds no {data['delegation']} delegation on this task."
+        grantee = get_user_model().objects.filter(username=data["user"]).first()
+        try:
+            if grantee is None:
+                raise lifecycle.DelegationNotHeld(data["user"], data["delegation"])
+            lifecycle.task_grant_delegation(
+                task_id=task.pk,
+                actor=actor_of(request, task),
+                grantee=grantee,
+                delegation=data["delegation"],
+                revoke=True,
             )
-        lifecycle.task_grant_delegation(
-            task_id=task.pk,
-            actor=actor_of(request, task),
-            grantee=held[data["user"]],
-            delegation=data["delegation"],
-            revoke=True,
-        )
+        except lifecycle.DelegationNotHeld as exc:
+            raise NotFound(str(exc)) from None
 
 
 # ---------------------------------------------------------------- tokens

@@ -40,7 +40,7 @@ from mcptasks.lifecycle.creation import (
     task_create,
     task_retry,
 )
-from mcptasks.lifecycle.delegations import task_grant_delegation
+from mcptasks.lifecycle.delegations import DelegationNotHeld, task_grant_delegation
 from mcptasks.lifecycle.effects import (
     RECONCILE_DECISIONS,
     task_effect_applied,
@@ -88,6 +88,7 @@ __all__ = [
     "CancelResult",
     "CreationKeyConflict",
     "DecisionRefused",
+    "DelegationNotHeld",
     "EffectNotUnknown",
     "InputNotPending",
     "InputSpec",
