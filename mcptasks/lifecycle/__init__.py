@@ -65,10 +65,12 @@ from mcptasks.lifecycle.execution import (
 )
 from mcptasks.lifecycle.inputs import (
     InputSpec,
+    InvalidAnswer,
     task_answer_input,
     task_decide_approval,
     task_request_input,
     task_timeout_input,
+    validated_answer,
 )
 from mcptasks.lifecycle.retention import UNDECIDED_EFFECTS, task_expire, task_purge
 
@@ -92,6 +94,7 @@ __all__ = [
     "EffectNotUnknown",
     "InputNotPending",
     "InputSpec",
+    "InvalidAnswer",
     "InvalidTransition",
     "LifecycleError",
     "LimitExceeded",
@@ -129,4 +132,5 @@ __all__ = [
     "task_stop_overrun",
     "task_timeout_input",
     "task_wake",
+    "validated_answer",
 ]

@@ -17,6 +17,7 @@ from mcptasks.lifecycle._core import (
     DecisionRefused,
     InputNotPending,
     InvalidTransition,
+    LifecycleError,
     S,
     TaskNotFound,
     _apply,
@@ -38,6 +39,7 @@ from mcptasks.models import (
     InputState,
     Task,
 )
+from mcptasks.tools import answers
 
 
 @dataclass
@@ -111,20 +113,48 @@ def task_request_input(
     return task
 
 
+class InvalidAnswer(LifecycleError):
+    """The answer does not fit the request it answers (its method's shape, the schema it asked
+    for, an approval's verdict); the message says why. Nothing was written."""
+
+
+def validated_answer(
+    *, method: str, params: dict[str, Any], response: Any, kind: str = InputKind.FORM
+) -> dict[str, Any]:
+    """The one rule for an answer to an input request, whatever the channel: the response as it
+    is stored, or :class:`InvalidAnswer` with the reason (tools/answers.py checks the shape and
+    the schema; an approval gate's answer also needs a verdict, and a reject a comment).
+
+    :func:`task_answer_input` enforces it; channels that check a batch before writing any of it
+    (tasks/update) call it first."""
+    try:
+        accepted = answers.validate_response(method, params, response)
+        if kind == InputKind.APPROVAL:
+            answers.verdict_of(accepted)
+    except answers.InvalidAnswer as exc:
+        raise InvalidAnswer(str(exc)) from None
+    return accepted
+
+
 def task_answer_input(
     *, task_id: str, key: str, response: dict[str, Any], actor: Actor, via: str
 ) -> Task:
     """Store the answer to one pending input request; resume the task once none is pending.
 
-    Raises :class:`InputNotPending` if the key is not pending, :class:`InvalidTransition` if
+    Raises :class:`InputNotPending` if the key is not pending, :class:`InvalidAnswer` if the
+    answer does not fit the request (:func:`validated_answer`), :class:`InvalidTransition` if
     the task is not waiting for input. Authorization is the caller's job (access.py).
     """
     with transaction.atomic():
         _lock_awaiting(task_id, "answer_input")
+        request = InputRequest.objects.filter(
+            task_id=task_id, key=key, state=InputState.PENDING, kind=InputKind.FORM
+        ).first()
+        if request is None:
+            raise InputNotPending(key)
+        response = validated_answer(method=request.method, params=request.params, response=response)
         if (
-            InputRequest.objects.filter(
-                task_id=task_id, key=key, state=InputState.PENDING, kind=InputKind.FORM
-            ).update(
+            InputRequest.objects.filter(pk=request.pk, state=InputState.PENDING).update(
                 state=InputState.ANSWERED,
                 response=response,
                 answered_by_id=actor.user_id,
@@ -136,7 +166,6 @@ def task_answer_input(
             raise InputNotPending(key)
         target, message = _after_input(task_id, resuming="Resuming")
         task = _apply(task_id, verb="answer_input", target=target, status_message=message)
-        request = InputRequest.objects.get(task_id=task_id, key=key)
         _audit(
             task,
             "task.input_answered",
