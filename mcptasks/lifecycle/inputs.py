@@ -152,7 +152,9 @@ def task_answer_input(
         ).first()
         if request is None:
             raise InputNotPending(key)
-        response = validated_answer(method=request.method, params=request.params, response=response)
+        # Refused here whatever the channel; stored as the channel passed it (the checked form
+        # validated_answer returns, plus any ``_meta`` notes of the channel's, as the dashboard's).
+        validated_answer(method=request.method, params=request.params, response=response)
         if (
             InputRequest.objects.filter(pk=request.pk, state=InputState.PENDING).update(
                 state=InputState.ANSWERED,
