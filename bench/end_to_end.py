@@ -34,7 +34,7 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
     """
     import redis
 
-    from mcptasks.jobs import bench_noop
+    from bench.noop_job import NOOP_COUNTER, bench_noop
 
     env = server_env(url)
     client = redis.Redis.from_url(env["REDIS_URL"])
@@ -47,6 +47,8 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
                 "-A",
                 "mcptasks",
                 "worker",
+                "--include",
+                "bench.noop_job",
                 "-c",
                 "1",
                 "--pool=prefork",
@@ -108,7 +110,6 @@ def _cpu_s(workers: list[subprocess.Popen[bytes]]) -> float:
     return tree_cpu_s({worker.pid for worker in workers})
 
 
-NOOP_COUNTER = "mcptasks:bench:noop"
 POLL_S = 0.05
 WARM_UP = 50
 

@@ -18,7 +18,6 @@ from django.views.decorators.http import require_POST
 from dashboard import forms
 from dashboard.pages import actor_for, denied, may_bulk, page, safe_next
 from mcptasks import access, lifecycle
-from mcptasks.models import TaskState
 
 BULK_MAX = 100
 
@@ -66,6 +65,14 @@ def operators_only(view: Callable[[HttpRequest], HttpResponse]) -> Callable[...,
     return page(require_POST(wrapped))  # type: ignore[return-value]
 
 
+_CANCEL_SUMMARY = {
+    lifecycle.CancelResult.CANCELLED: "cancelled",
+    lifecycle.CancelResult.REQUESTED: "cancel requested",
+    lifecycle.CancelResult.ALREADY_REQUESTED: "already cancelling",
+    lifecycle.CancelResult.ALREADY_ENDED: "already ended, nothing to cancel",
+}
+
+
 @operators_only
 def bulk_cancel(request: HttpRequest) -> HttpResponse:
     selection = BulkSelection(request.POST)
@@ -85,17 +92,14 @@ def bulk_cancel(request: HttpRequest) -> HttpResponse:
         except (access.TaskHidden, access.Refused):
             outcomes["not permitted or not found"] += 1
             continue
-        if task.is_terminal or task.cancel_requested_at is not None:
-            outcomes["already finished or cancelling"] += 1
-            continue
         try:
-            moved = lifecycle.task_request_cancel(
+            outcome = lifecycle.task_request_cancel(
                 task_id=task.pk, actor=actor_for(request.user, task), reason=reason
             )
         except lifecycle.LifecycleError:
             outcomes["moved on meanwhile"] += 1
             continue
-        outcomes["cancelled" if moved.state == TaskState.CANCELLED else "cancel requested"] += 1
+        outcomes[_CANCEL_SUMMARY[outcome.result]] += 1
     messages.success(request, f"Bulk cancel: {_summary(outcomes)}.")
     return _back(request, selection, "dashboard:tasks")
 

@@ -302,17 +302,20 @@ def cancel_task(request: HttpRequest, task_id: str) -> HttpResponse:
     if not form.is_valid():
         return _action_form_invalid(request, task, form, "Cancelling")
     try:
-        task = lifecycle.task_request_cancel(
+        outcome = lifecycle.task_request_cancel(
             task_id=task.pk, actor=actor_for(request.user, task), reason=form.cleaned_data["reason"]
         )
     except lifecycle.LifecycleError as exc:
         return _refused(request, exc, task.pk)
-    messages.success(
-        request,
-        "Cancelled."
-        if task.state == TaskState.CANCELLED
-        else "Cancel requested: the task stops at its next safe point.",
-    )
+    if outcome.ended:
+        messages.info(request, f"Task already {outcome.task.state}; nothing to cancel.")
+    else:
+        messages.success(
+            request,
+            "Cancelled."
+            if outcome.result == lifecycle.CancelResult.CANCELLED
+            else "Cancel requested: the task stops at its next safe point.",
+        )
     return redirect(_detail_url(task.pk, "timeline"))
 
 
@@ -422,13 +425,17 @@ def revoke_delegation(request: HttpRequest, task_id: str) -> HttpResponse:
     )
     if grantee is None:
         raise Http404("No such delegation")
-    lifecycle.task_grant_delegation(
-        task_id=task.pk,
-        actor=actor_for(request.user, task),
-        grantee=grantee,
-        delegation=form.cleaned_data["delegation"],
-        revoke=True,
-    )
+    try:
+        lifecycle.task_grant_delegation(
+            task_id=task.pk,
+            actor=actor_for(request.user, task),
+            grantee=grantee,
+            delegation=form.cleaned_data["delegation"],
+            revoke=True,
+        )
+    except lifecycle.DelegationNotHeld as exc:
+        context = {"task": task, "reason": str(exc)}
+        return render_page(request, "dashboard/nothing_to_revoke.html", context, status=404)
     messages.success(
         request, f"Revoked {grantee.get_username()}'s {form.cleaned_data['delegation']} right."
     )

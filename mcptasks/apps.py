@@ -9,8 +9,14 @@ class McptasksConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_migrate
 
-        from mcptasks import checks  # noqa: F401 - registers the deploy checks
+        from mcptasks import (
+            checks,  # noqa: F401 - registers the deploy checks
+            dispatch,
+            events,
+        )
         from mcptasks.dbroles import on_post_migrate
 
         # Once per migrate (all apps are migrated by then): the app role's grants.
         post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="mcptasks.dbroles")
+        # Jobs scheduled by lifecycle, the sweeps and the outbox go to the worker or Celery.
+        events.register_dispatcher(dispatch.deliver)

@@ -16,6 +16,8 @@ from typing import Any
 
 from django.db import close_old_connections
 
+from mcptasks import jobs
+
 log = logging.getLogger(__name__)
 
 _heap: list[tuple[float, int, str, dict[str, Any]]] = []
@@ -45,8 +47,6 @@ def clear() -> None:
 
 
 def _run(job: str, kwargs: dict[str, Any]) -> None:
-    from mcptasks import jobs
-
     try:
         getattr(jobs, job).run(**kwargs)
     except Exception:

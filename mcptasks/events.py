@@ -8,32 +8,34 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.conf import settings
 from django.db import transaction
 
 log = logging.getLogger(__name__)
 
 
+# Where jobs go: mcptasks.dispatch.deliver (the in-process worker or Celery), registered when the
+# app is ready (mcptasks/apps.py). A seam, so that the writers of task state that schedule jobs
+# (lifecycle, sweeps, fairshare, the outbox) never import the jobs, which import them.
+JobDispatcher = Callable[[str, dict[str, Any], datetime | None], None]
+_dispatcher: JobDispatcher | None = None
+
+
+def register_dispatcher(dispatcher: JobDispatcher) -> None:
+    """Set where :func:`dispatch_job` delivers jobs (once, at app ready; tests may swap it)."""
+    global _dispatcher
+    _dispatcher = dispatcher
+
+
 def dispatch_job(job: str, kwargs: dict[str, Any], eta: datetime | None = None) -> None:
-    """Deliver a job now: to the in-process worker (embedded default) or to Celery."""
-    if settings.MCPTASKS_EMBEDDED_WORKER:
-        from mcptasks import embedded
-
-        embedded.submit(job, kwargs, eta=eta)
-        return
-    from mcptasks import jobs
-
-    try:
-        getattr(jobs, job).apply_async(kwargs=kwargs, eta=eta)
-    except Exception:
-        # The broker is only a wake-up: the sweeps find queued and due tasks again.
-        log.warning(
-            "job delivery failed; the sweeps will recover it", exc_info=True, extra={"job": job}
-        )
+    """Deliver a job now, through the registered dispatcher."""
+    if _dispatcher is None:
+        raise RuntimeError("no job dispatcher registered: the mcptasks app is not ready")
+    _dispatcher(job, kwargs, eta)
 
 
 def enqueue_on_commit(job: str, eta: datetime | None = None, **kwargs: Any) -> None:

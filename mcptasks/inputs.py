@@ -94,3 +94,15 @@ def nesting_exceeds(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return False
+
+
+def secret_fields(params: dict[str, Any]) -> frozenset[str]:
+    """Fields an elicitation request's schema marks as sensitive (``x-sensitive`` or password
+    format): redacted in its audited answer and wherever the answer is shown."""
+    properties = (params.get("requestedSchema") or {}).get("properties") or {}
+    return frozenset(
+        name
+        for name, schema in properties.items()
+        if isinstance(schema, dict)
+        and (schema.get("x-sensitive") or schema.get("format") == "password")
+    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -43,32 +42,9 @@ def wake_task(task_id: str) -> None:
         pass  # already woken by the sweep, cancelled, or not yet due (the sweep will)
 
 
-@shared_task(name="mcptasks.revoke_task")
-def revoke_task(task_id: str) -> None:
-    """A force-cancelled task's worker stops at its next write: fencing refuses it."""
-    log.info("task force-cancelled; its running attempt is fenced off", extra={"task_id": task_id})
-
-
 @shared_task(name="mcptasks.sweep")
 def sweep() -> dict[str, int]:
     return sweeps.run_all()
-
-
-@functools.cache
-def _bench_counter() -> Any:
-    import redis
-    from django.conf import settings
-
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL)
-
-
-@shared_task(name="mcptasks.bench_noop")
-def bench_noop() -> None:
-    """A no-op job: the benchmark's floor for Celery's raw drain rate (bench/end_to_end.py).
-
-    It only counts itself, on a client kept for the process: a connection per job would slow
-    the floor down and flatter the ratio measured against it."""
-    _bench_counter().incr("mcptasks:bench:noop")
 
 
 @shared_task(name="mcptasks.purge_audit_due")

@@ -16,27 +16,21 @@ import socket
 import threading
 import time
 from datetime import timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
+from mcptasks import sweeps
+from mcptasks.heartbeats import SWEEP, beat
 from mcptasks.models import Heartbeat
 
 log = logging.getLogger(__name__)
-SWEEP = "sweep"
 
 
 def sweep_late_after_s() -> float:
     """How old the last sweep may be before a worker runs them itself."""
     return max(3 * settings.MCPTASKS_SWEEP_INTERVAL_S, 3.0)
-
-
-def beat(name: str, **data: Any) -> None:
-    Heartbeat.objects.update_or_create(
-        name=name, defaults={"seen_at": timezone.now(), "data": data}
-    )
 
 
 def sweeps_late() -> bool:
@@ -46,8 +40,6 @@ def sweeps_late() -> bool:
 
 def tick(worker: str, concurrency: int) -> bool:
     """One round of the keeper; returns whether it ran the sweeps."""
-    from mcptasks import sweeps
-
     beat(f"worker:{worker}", pid=os.getpid(), concurrency=concurrency)
     if not sweeps_late():
         return False

@@ -14,7 +14,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from audit import holds
-from mcptasks import events, fairshare, lifecycle
+from mcptasks import events, fairshare, heartbeats, lifecycle
 from mcptasks.models import (
     TERMINAL_STATES,
     EffectState,
@@ -138,8 +138,6 @@ def outbox_due() -> int:
 
 
 def run_all() -> dict[str, int]:
-    from mcptasks import keeper
-
     done = {
         "reaped": reap_leases(),
         "woken": wake_timers(),
@@ -149,5 +147,5 @@ def run_all() -> dict[str, int]:
         "redelivered": redeliver_queued(),
         "outbox": outbox_due(),
     }
-    keeper.beat(keeper.SWEEP, **done)  # workers run the sweeps themselves when this is late
+    heartbeats.beat(heartbeats.SWEEP, **done)  # workers run the sweeps themselves when this is late
     return done

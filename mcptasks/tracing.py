@@ -303,17 +303,15 @@ def attempt_span(task: Any, started_ns: int | None = None) -> AbstractContextMan
     return _attempt_span(task, started_ns)
 
 
-def note_outcome(span: Any, task_id: str, state: str | None) -> None:
+def note_outcome(span: Any, state: str | None, error_class: Callable[[], str]) -> None:
     """Record how an attempt left its task (``mcptasks.outcome``); a failure is an error named
-    by the failure's exception class (read only when tracing is on and the task failed)."""
+    by the failure's exception class (``error_class()``, read only when tracing is on and the
+    task failed)."""
     if span is None:
         return
     span.set_attribute("mcptasks.outcome", state or "abandoned")
     if state == "failed":
-        from mcptasks.models import Task
-
-        failure = Task.objects.filter(pk=task_id).values_list("failure", flat=True).first()
-        span.set_status(Status(StatusCode.ERROR, (failure or {}).get("error_class") or "failed"))
+        span.set_status(Status(StatusCode.ERROR, error_class() or "failed"))
 
 
 def _record_error(span: Any, exc: BaseException) -> None:

@@ -225,13 +225,13 @@ class TaskCancelView(TaskActionView):
     input_serializer = CancelSerializer
 
     def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
-        if task.is_terminal:
-            raise Conflict(f"The task already ended ({task.state}); a terminal task never changes.")
-        lifecycle.task_request_cancel(
+        outcome = lifecycle.task_request_cancel(
             task_id=task.pk,
             actor=actor_of(request, task),
             reason=data["reason"] or "REST API cancel",
         )
+        if outcome.ended:
+            raise Conflict(outcome.ended_reason)
 
 
 @action_schema(
@@ -324,22 +324,19 @@ class TaskRevokeDelegationView(TaskActionView):
     input_serializer = DelegationInputSerializer
 
     def act(self, request: Request, task: Task, target: Task, data: dict[str, Any]) -> None:
-        held = {
-            user.get_username(): user
-            for user, name in access.delegations_of(task)
-            if name == data["delegation"]
-        }
-        if data["user"] not in held:
-            raise NotFound(
-                f"{data['user']!r} holds no {data['delegation']} delegation on this task."
+        grantee = get_user_model().objects.filter(username=data["user"]).first()
+        try:
+            if grantee is None:
+                raise lifecycle.DelegationNotHeld(data["user"], data["delegation"])
+            lifecycle.task_grant_delegation(
+                task_id=task.pk,
+                actor=actor_of(request, task),
+                grantee=grantee,
+                delegation=data["delegation"],
+                revoke=True,
             )
-        lifecycle.task_grant_delegation(
-            task_id=task.pk,
-            actor=actor_of(request, task),
-            grantee=held[data["user"]],
-            delegation=data["delegation"],
-            revoke=True,
-        )
+        except lifecycle.DelegationNotHeld as exc:
+            raise NotFound(str(exc)) from None
 
 
 # ---------------------------------------------------------------- tokens

@@ -8,7 +8,7 @@ from typing import Any
 
 from audit.models import AuditEvent
 from audit.redact import redact_text
-from mcptasks import access, wire
+from mcptasks import access, inputs, wire
 from mcptasks import timeline as task_timeline
 from mcptasks.models import Effect, InputRequest, InputState, Task, TaskState
 
@@ -52,16 +52,7 @@ shown = wire.shown
 sensitive_keys_of = wire.sensitive_keys_of
 
 
-def secret_fields(params: dict[str, Any]) -> frozenset[str]:
-    """Fields an elicitation schema marks as sensitive (``x-sensitive`` or password format)."""
-    properties = (params.get("requestedSchema") or {}).get("properties") or {}
-    return frozenset(
-        name
-        for name, schema in properties.items()
-        if isinstance(schema, dict)
-        and (schema.get("x-sensitive") or schema.get("format") == "password")
-    )
-
+secret_fields = inputs.secret_fields
 
 # What the task page shows of a task's relations: ``access.task_for(user, id, related=...)``.
 DETAIL_RELATED = ("principal", "token", "cancel_requested_by")

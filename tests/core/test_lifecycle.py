@@ -172,7 +172,7 @@ def wake(task: Task, env: Env) -> Task:
 def request_cancel(task: Task, env: Env) -> Task:
     return lifecycle.task_request_cancel(
         task_id=task.pk, actor=env.actors["alice"], reason="not needed"
-    )
+    ).task
 
 
 def cancel_now_running(task: Task, env: Env) -> Task:
@@ -901,11 +901,12 @@ def test_sleeping_task_wakes_once_its_timer_is_due(task_in, audit_actions):
 def test_cancel_of_suspended_task_is_immediate(source, task_in, actors, audit_actions):
     task = task_in(source)
 
-    task = lifecycle.task_request_cancel(
+    outcome = lifecycle.task_request_cancel(
         task_id=task.pk, actor=actors["alice"], reason="changed my mind"
     )
 
-    assert task.state == S.CANCELLED
+    task = outcome.task
+    assert (task.state, outcome.result) == (S.CANCELLED, lifecycle.CancelResult.CANCELLED)
     stored = reload(task)
     assert stored.cancel_requested_by_id == actors["alice"].user_id
     assert stored.cancel_reason == "changed my mind"
@@ -923,8 +924,9 @@ def test_cancel_of_running_task_records_intent_only(task_in, actors, audit_actio
     task = task_in(S.RUNNING)
     before = audit_actions(task.pk)
 
-    task = lifecycle.task_request_cancel(task_id=task.pk, actor=actors["alice"])
+    outcome = lifecycle.task_request_cancel(task_id=task.pk, actor=actors["alice"])
 
+    assert outcome.result == lifecycle.CancelResult.REQUESTED
     stored = reload(task)
     assert stored.state == S.RUNNING
     assert stored.cancel_requested_at is not None
@@ -984,15 +986,20 @@ def test_cancel_now_honours_intent_recorded_on_a_suspended_task(
 
 
 @pytest.mark.parametrize("source", TERMINAL)
-def test_cancel_of_terminal_task_is_an_idempotent_noop(source, task_in, actors, snapshot):
+def test_cancel_of_terminal_task_is_an_idempotent_noop(
+    source, task_in, actors, snapshot, audit_actions
+):
     task = task_in(source)
-    before = snapshot(task.pk)
+    before, audited = snapshot(task.pk), audit_actions(task.pk)
 
     first = lifecycle.task_request_cancel(task_id=task.pk, actor=actors["alice"])
     second = lifecycle.task_request_cancel(task_id=task.pk, actor=actors["alice"])
 
-    assert first.state == second.state == source
+    assert first.task.state == second.task.state == source
+    assert first.result == second.result == lifecycle.CancelResult.ALREADY_ENDED
+    assert first.ended and f"({source})" in first.ended_reason
     assert snapshot(task.pk) == before
+    assert audit_actions(task.pk) == audited  # a no-op cancel records nothing
 
 
 def test_second_cancel_request_of_a_running_task_is_a_noop(task_in, actors, snapshot):
@@ -1000,8 +1007,10 @@ def test_second_cancel_request_of_a_running_task_is_a_noop(task_in, actors, snap
     lifecycle.task_request_cancel(task_id=task.pk, actor=actors["alice"], reason="first")
     before = snapshot(task.pk)
 
-    task = lifecycle.task_request_cancel(task_id=task.pk, actor=actors["amy"], reason="second")
+    outcome = lifecycle.task_request_cancel(task_id=task.pk, actor=actors["amy"], reason="second")
 
+    assert outcome.result == lifecycle.CancelResult.ALREADY_REQUESTED and not outcome.ended
+    task = outcome.task
     assert task.state == S.RUNNING
     assert snapshot(task.pk) == before
     assert reload(task).cancel_reason == "first"

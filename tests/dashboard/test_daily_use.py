@@ -240,7 +240,8 @@ def test_bulk_cancel_audits_each_task_and_refuses_non_operators(
     message = str(next(iter(olga.get("/tasks/").context["messages"])))
     assert "2 cancelled" in message and "1 cancel requested" in message
     assert (
-        "1 already finished or cancelling" in message and "1 not permitted or not found" in message
+        "1 already ended, nothing to cancel" in message
+        and "1 not permitted or not found" in message
     )
     assert (
         client_for("alice")

@@ -88,7 +88,7 @@ def run_iteration(
         # The run can finish between reading its lease and the kill: then the task was already
         # terminal, no intent was recorded (an idempotent no-op), and it is held to the promise
         # of a task that was not cancelled (every step outcome kept).
-        cancelled = answer.cancel_requested_at is not None
+        cancelled = answer.task.cancel_requested_at is not None
     try:
         wait_for(
             lambda: checks.all_terminal([task_id]),

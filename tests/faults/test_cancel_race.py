@@ -62,7 +62,7 @@ def test_cancel_around_completion_ends_in_exactly_one_state(
             time.sleep(max(0.0, due - time.monotonic()))
             acknowledged[task_id] = lifecycle.task_request_cancel(
                 task_id=task_id, actor=actor, reason="fault test"
-            ).state
+            ).task.state
             offsets[task_id] = due
         wave_ids = [task_id for _, task_id in wave]
         wait_for(lambda ids=wave_ids: checks.all_terminal(ids), 60, "a wave of tasks to end")

@@ -121,7 +121,7 @@ def test_terminated_connections_lose_no_acknowledged_transition(
                 del cancel_at[task_id]
                 cancels[task_id] = lifecycle.task_request_cancel(
                     task_id=task_id, actor=actor, reason="fault test"
-                ).state
+                ).task.state
 
     killer.start()
     while time.monotonic() - started < KILL_S:

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 from django.db import OperationalError, connection
 
-from mcptasks import access, db_retry, lifecycle
+from mcptasks import access, db_retry
+from mcptasks.lifecycle import creation as lifecycle_creation
 from mcptasks.models import Task
 from tests.faults import downstream
 from tests.protocol.conftest import McpClient
@@ -132,7 +133,7 @@ def test_tasks_update_failing_before_any_write_is_retried(
 def test_tools_call_hit_after_its_insert_says_its_outcome_is_unknown(
     mcp: McpClient, terminate_once: Any
 ) -> None:
-    calls = terminate_once(lifecycle, "_audit")  # after the task's INSERT, before commit
+    calls = terminate_once(lifecycle_creation, "_audit")  # after the task's INSERT, before commit
 
     reply = mcp.tool("echo_task", {"text": "once"})
 

@@ -1,0 +1,286 @@
+"""Every write of task state (DESIGN §2, STYLE rules 2–3): the shared core.
+
+Each verb is keyword-only, checks its move against :data:`TRANSITIONS`, applies it as a
+conditional UPDATE that only matches a legal current state (and, for writes of a running attempt,
+the attempt number: the fencing token), records its audit event in the same transaction, and
+schedules side effects after commit. Illegal moves raise :class:`InvalidTransition` and change
+nothing. This module holds the states, the named errors, :func:`_apply`, :func:`_audit`, fencing
+and the open-effects rule that every verb module builds on."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from types import MappingProxyType
+from typing import Any
+
+from django.conf import settings
+from django.db.models import DateTimeField, ExpressionWrapper, F, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Coalesce, Now
+from django.utils import timezone
+
+from audit.record import Actor, record
+from mcptasks import events, metrics, outbox, search
+from mcptasks.models import (
+    ACTIVE_STATES,
+    Effect,
+    EffectState,
+    InputRequest,
+    InputState,
+    Task,
+    TaskState,
+)
+
+log = logging.getLogger(__name__)
+
+S = TaskState
+SUSPENDED_STATES = frozenset(
+    {S.QUEUED, S.SLEEPING, S.AWAITING_INPUT, S.AWAITING_OPERATOR, S.NEEDS_RECONCILIATION}
+)
+AWAITING_STATES = frozenset({S.AWAITING_INPUT, S.AWAITING_OPERATOR})
+
+
+# verb -> (states it may start from, states it may lead to)
+TRANSITIONS: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "claim": (frozenset({S.QUEUED}), frozenset({S.RUNNING})),
+    "requeue": (frozenset({S.RUNNING}), frozenset({S.QUEUED})),
+    "report": (frozenset({S.RUNNING}), frozenset({S.RUNNING})),
+    "request_input": (frozenset({S.RUNNING}), AWAITING_STATES),
+    "answer_input": (AWAITING_STATES, AWAITING_STATES | {S.QUEUED}),
+    "sleep": (frozenset({S.RUNNING}), frozenset({S.SLEEPING})),
+    "wake": (frozenset({S.SLEEPING}), frozenset({S.QUEUED})),
+    "cancel_now": (SUSPENDED_STATES | {S.RUNNING}, frozenset({S.CANCELLED})),
+    "force_cancel": (ACTIVE_STATES, frozenset({S.CANCELLED})),
+    "complete": (frozenset({S.RUNNING}), frozenset({S.COMPLETED})),
+    "fail": (ACTIVE_STATES, frozenset({S.FAILED})),
+    "mark_effect_unknown": (frozenset({S.RUNNING}), frozenset({S.NEEDS_RECONCILIATION})),
+    "reconcile_effect": (frozenset({S.NEEDS_RECONCILIATION}), frozenset({S.QUEUED, S.FAILED})),
+    "expire": (ACTIVE_STATES, frozenset({S.FAILED})),
+    "timeout_input": (AWAITING_STATES, AWAITING_STATES | {S.QUEUED, S.FAILED}),
+}
+
+
+LEGAL_MOVES: frozenset[tuple[str, str]] = frozenset(
+    (source, target)
+    for sources, targets in TRANSITIONS.values()
+    for source in sources
+    for target in targets
+)
+
+
+# JSON-RPC internal error: the code of every failed task that is not a tool result.
+INTERNAL_ERROR = -32603
+
+
+class LifecycleError(Exception):
+    """Base of the named errors lifecycle raises; nothing was changed when one is raised."""
+
+
+class TaskNotFound(LifecycleError):
+    pass
+
+
+class InvalidTransition(LifecycleError):
+    def __init__(self, task_id: str, verb: str, state: str) -> None:
+        super().__init__(f"cannot {verb.replace('_', ' ')} task {task_id} in state {state}")
+        self.task_id, self.verb, self.state = task_id, verb, state
+
+
+class StaleAttempt(InvalidTransition):
+    """A write from an attempt that no longer holds the task (fenced off)."""
+
+    def __init__(self, task_id: str, verb: str, state: str, attempt: int, current: int) -> None:
+        super().__init__(task_id, verb, state)
+        self.args = (f"stale attempt {attempt} (current {current}) may not {verb} task {task_id}",)
+
+
+class AtCapacity(LifecycleError):
+    """A claim refused because the task's tenant or principal runs its cap (fairshare.py)."""
+
+
+class NotRetryable(LifecycleError):
+    """A retry refused: the task did not fail with an exception, or its tool forbids it."""
+
+
+class InputNotPending(LifecycleError):
+    """The input request is unknown, already answered, superseded or expired."""
+
+
+class DecisionRefused(LifecycleError):
+    """An approval decision that cannot be recorded (the reviewer decided already, a reject
+    without a comment); the message says why."""
+
+
+class EffectNotUnknown(LifecycleError):
+    """The effect was already reconciled, or its outcome is not unknown."""
+
+
+class AttemptMayBeAlive(LifecycleError):
+    """ "not applied" refused: the attempt that left the effect may still be running and call
+    downstream (its lease ran out less than MCPTASKS_RECONCILE_MARGIN_S ago)."""
+
+    def __init__(self, step: str, not_before: datetime) -> None:
+        super().__init__(
+            f"'not applied' cannot be recorded for step {step!r} before "
+            f"{not_before:%Y-%m-%d %H:%M:%S} UTC: the attempt that left it may still be running "
+            f"and call the downstream until its lease has run out for "
+            f"{settings.MCPTASKS_RECONCILE_MARGIN_S} s (MCPTASKS_RECONCILE_MARGIN_S). "
+            "'applied' and 'fail' may be recorded now"
+        )
+        self.step, self.not_before = step, not_before
+
+
+# The fields of every move that takes a task from its running attempt: no one holds it now.
+RELEASED_LEASE: Mapping[str, Any] = MappingProxyType({"lease_owner": "", "lease_expires_at": None})
+
+
+def _supersede_pending(task_id: str) -> None:
+    """A task that ends answers none of its pending input requests: they are superseded."""
+    InputRequest.objects.filter(task_id=task_id, state=InputState.PENDING).update(
+        state=InputState.SUPERSEDED
+    )
+
+
+def _lease_deadline(seconds: int | None = None) -> ExpressionWrapper:
+    """Lease expiry judged by the database clock, not the worker's."""
+    return ExpressionWrapper(
+        Now() + Value(timedelta(seconds=seconds or settings.MCPTASKS_LEASE_S)),
+        output_field=DateTimeField(),
+    )
+
+
+def _refusal(task_id: str, verb: str, attempt: int | None) -> LifecycleError:
+    current = Task.objects.filter(pk=task_id).values("state", "attempt").first()
+    if current is None:
+        return TaskNotFound(task_id)
+    if attempt is not None and current["attempt"] != attempt:
+        log.warning(
+            "fenced off a write from a stale attempt",
+            extra={
+                "task_id": task_id,
+                "verb": verb,
+                "attempt": attempt,
+                "current_attempt": current["attempt"],
+            },
+        )
+        return StaleAttempt(task_id, verb, current["state"], attempt, current["attempt"])
+    return InvalidTransition(task_id, verb, current["state"])
+
+
+def _apply(
+    task_id: str,
+    *,
+    verb: str,
+    target: str,
+    fence: int | None = None,
+    sources: Iterable[str] | None = None,
+    where: Q | None = None,
+    **fields: Any,
+) -> Task:
+    """Move a task by one conditional UPDATE; return the updated row or raise."""
+    allowed, targets = TRANSITIONS[verb]
+    if target not in targets:
+        raise ValueError(f"{verb} cannot lead to {target}")
+    source_states = allowed if sources is None else allowed & frozenset(sources)
+    if "status_message" in fields:  # what the dashboard's search reads: the redacted message
+        fields["search_status"] = search.status_text(fields["status_message"])
+    if fence is None and "lease_expires_at" in fields and fields["lease_expires_at"] is None:
+        _remember_leaving_lease(task_id)
+    rows = Task.objects.filter(pk=task_id, state__in=source_states)
+    if fence is not None:
+        rows = rows.filter(attempt=fence)
+    if where is not None:
+        rows = rows.filter(where)
+    if (
+        rows.update(state=target, version=F("version") + 1, updated_at=timezone.now(), **fields)
+        != 1
+    ):
+        raise _refusal(task_id, verb, fence)
+    metrics.TRANSITIONS.labels(verb=verb).inc()
+    return Task.objects.select_related("tenant").get(pk=task_id)
+
+
+def _remember_leaving_lease(task_id: str) -> None:
+    """A move takes the task from its running attempt (not that attempt's own move): on the
+    effects that attempt left ``intended``, record when its lease runs out — until then, and a
+    margin, it may still be alive and reach the downstream (see task_reconcile_effect)."""
+    lease = Task.objects.filter(
+        pk=task_id, state=S.RUNNING, attempt=OuterRef("attempt"), lease_expires_at__isnull=False
+    ).values("lease_expires_at")[:1]
+    Effect.objects.filter(task_id=task_id, state=EffectState.INTENDED).update(
+        holder_lease_expires_at=Coalesce(Subquery(lease), F("holder_lease_expires_at"))
+    )
+
+
+def _audit(
+    task: Task,
+    action: str,
+    actor: Actor,
+    data: dict[str, Any] | None = None,
+    sensitive_keys: frozenset[str] = frozenset(),
+) -> None:
+    # The event's outbox rows, in this transaction; before record(), which locks the chain
+    # head until commit.
+    outbox.task_event(task, action, data, by=actor.display)
+    record(
+        action=action,
+        actor=actor,
+        tenant_id=task.tenant_id,
+        tenant_slug=task.tenant.slug,
+        task_id=task.pk,
+        data={"state": task.state, **(data or {})},
+        sensitive_keys=sensitive_keys,
+    )
+
+
+def _changed(task: Task) -> None:
+    events.broadcast_on_commit(task_id=task.pk, tenant_id=task.tenant_id, version=task.version)
+
+
+def _run_on_commit(task: Task) -> None:
+    events.enqueue_on_commit("run_task", task_id=task.pk)
+
+
+def _fence(task_id: str, attempt: int) -> None:
+    """Check that ``attempt`` still holds the running task, renewing its lease; lock the row."""
+    if (
+        Task.objects.filter(pk=task_id, state=S.RUNNING, attempt=attempt).update(
+            lease_expires_at=_lease_deadline()
+        )
+        != 1
+    ):
+        raise _refusal(task_id, "write", attempt)
+
+
+def _leave_open_effects(task: Task, *, actor: Actor, cause: str) -> list[str]:
+    """The one rule for open effects at every end of a task (DESIGN §3): each effect still
+    ``intended`` — started, never confirmed — becomes ``unknown``, audited, and so waits in the
+    operator's reconciliation queue (on a terminal task, deciding it records what happened).
+
+    Every verb that ends or abandons a task calls it in its transaction, after its move. How
+    long the attempt that left an effect may still be alive was recorded when another's move
+    took the task from it (:func:`_remember_leaving_lease`); an attempt that let go of the task
+    itself (it suspended, failed or stopped at a safe point) is in no downstream call. Returns
+    the steps it turned unknown.
+    """
+    open_effects = list(
+        Effect.objects.filter(task_id=task.pk, state=EffectState.INTENDED)
+        .order_by("created_at", "pk")
+        .values_list("pk", "step", "attempt")
+    )
+    if not open_effects:
+        return []
+    Effect.objects.filter(pk__in=[pk for pk, _, _ in open_effects]).update(
+        state=EffectState.UNKNOWN, updated_at=timezone.now()
+    )
+    for _, step, left_by in open_effects:
+        _audit(task, "effect.unknown", actor, {"step": step, "cause": cause, "attempt": left_by})
+    return [step for _, step, _ in open_effects]
+
+
+def error_object(message: str, code: int = INTERNAL_ERROR, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return error

@@ -1,0 +1,254 @@
+"""Creating tasks (with idempotency keys and active-task limits) and retrying failed ones."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from audit.record import Actor
+from mcptasks import failures, search, tracing
+from mcptasks.canonical import digest
+from mcptasks.lifecycle._core import (
+    LifecycleError,
+    NotRetryable,
+    S,
+    TaskNotFound,
+    _audit,
+    _changed,
+    _run_on_commit,
+)
+from mcptasks.models import ACTIVE_STATES, Audience, InputRequest, InputState, Task, Tenant
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AnsweredInput:
+    """An input answered before the task existed (MRTR questions before a task)."""
+
+    key: str
+    method: str
+    params: dict[str, Any]
+    response: dict[str, Any]
+
+
+@dataclass
+class NewTask:
+    tenant_id: int
+    principal_id: int
+    tool_name: str
+    arguments: dict[str, Any]
+    policy_revision: str
+    token_id: int | None = None
+    ttl_ms: int | None = None
+    poll_interval_ms: int = 1000
+    client_capabilities: dict[str, Any] = field(default_factory=dict)
+    creation_key: str | None = None
+    sensitive_keys: frozenset[str] = frozenset()
+    answered_inputs: list[AnsweredInput] = field(default_factory=list)
+    correlation_id: str = ""
+
+
+def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
+    """Create a queued task and enqueue its first run; return ``(task, created)``.
+
+    With a ``creation_key`` the same principal gets the existing task back instead of a second
+    one (``created`` False), so a replayed request never creates two tasks; the key is honoured
+    for ``MCPTASKS_IDEMPOTENCY_WINDOW_S``. Raises :class:`CreationKeyConflict` when the key was
+    used for other arguments, :class:`LimitExceeded` past an active-task limit.
+    """
+    now = timezone.now()
+    if spec.creation_key:
+        existing = _existing_for_key(spec, now)
+        if existing is not None:
+            return existing, False
+    tenant = _check_active_limits(spec)
+    try:
+        with transaction.atomic():
+            task = Task.objects.create(
+                tenant_id=spec.tenant_id,
+                principal_id=spec.principal_id,
+                token_id=spec.token_id,
+                tool_name=spec.tool_name,
+                arguments=spec.arguments,
+                argument_digest=digest(spec.arguments),
+                search_summary=search.summary_text(spec.arguments, spec.sensitive_keys),
+                server_build=settings.MCPTASKS_SERVER_BUILD,
+                policy_revision=spec.policy_revision,
+                state=S.QUEUED.value,
+                ttl_ms=spec.ttl_ms,
+                poll_interval_ms=spec.poll_interval_ms,
+                created_at=now,
+                updated_at=now,
+                expires_at=now + timedelta(milliseconds=spec.ttl_ms) if spec.ttl_ms else None,
+                client_capabilities=spec.client_capabilities,
+                creation_key=spec.creation_key,
+                correlation_id=spec.correlation_id or failures.new_correlation_id(),
+                traceparent=tracing.new_task_traceparent(spec.tool_name),
+            )
+            task.tenant = tenant  # every other field is as inserted: no column has a DB default
+            for answered in spec.answered_inputs:
+                InputRequest.objects.create(
+                    task=task,
+                    tenant_id=spec.tenant_id,
+                    key=answered.key,
+                    method=answered.method,
+                    params=answered.params,
+                    audience=Audience.CLIENT,
+                    state=InputState.ANSWERED,
+                    response=answered.response,
+                    answered_by_id=spec.principal_id,
+                    answered_via="mcp",
+                    answered_at=now,
+                )
+            _audit(
+                task,
+                "task.created",
+                actor,
+                {
+                    "tool": spec.tool_name,
+                    "arguments": spec.arguments,
+                    "argument_digest": task.argument_digest,
+                    "server_build": task.server_build,
+                    "policy_revision": task.policy_revision,
+                    "ttl_ms": spec.ttl_ms,
+                    "answered_before_creation": [a.key for a in spec.answered_inputs],
+                },
+                sensitive_keys=spec.sensitive_keys,
+            )
+            _changed(task)
+            _run_on_commit(task)
+    except IntegrityError:
+        if not spec.creation_key:
+            raise
+        # A concurrent identical request won the unique (principal, creation_key) race.
+        winner = _existing_for_key(spec, now)
+        if winner is None:
+            raise
+        return winner, False
+    log.info(
+        "task created",
+        extra={
+            "task_id": task.pk,
+            "tool": task.tool_name,
+            "correlation_id": task.correlation_id,
+        },
+    )
+    return task, True
+
+
+class CreationKeyConflict(LifecycleError):
+    """The idempotency key was already used by this principal for a different call."""
+
+
+class LimitExceeded(LifecycleError):
+    """A configured limit refuses the request; the message names the limit and its setting."""
+
+
+def _existing_for_key(spec: NewTask, now: datetime) -> Task | None:
+    existing = (
+        Task.objects.select_related("tenant")
+        .filter(principal_id=spec.principal_id, creation_key=spec.creation_key)
+        .first()
+    )
+    if existing is None:
+        return None
+    window = timedelta(seconds=settings.MCPTASKS_IDEMPOTENCY_WINDOW_S)
+    if existing.created_at < now - window:
+        # The key expired: release it so this request creates a new task.
+        Task.objects.filter(pk=existing.pk, creation_key=spec.creation_key).update(
+            creation_key=None
+        )
+        return None
+    if existing.tool_name != spec.tool_name or existing.argument_digest != digest(spec.arguments):
+        raise CreationKeyConflict(
+            "idempotency key already used for a different call "
+            f"(task {existing.pk} with tool {existing.tool_name!r} and other arguments)"
+        )
+    return existing
+
+
+def _active_count(**where: Any) -> Coalesce:
+    """A subquery counting the active (non-terminal) tasks that match ``where``."""
+    rows = (
+        Task.objects.filter(state__in=ACTIVE_STATES, **where)
+        .order_by()
+        .values(*where)
+        .annotate(active=Count("pk"))
+        .values("active")
+    )
+    return Coalesce(Subquery(rows), 0)
+
+
+def _check_active_limits(spec: NewTask) -> Tenant:
+    """Active (non-terminal) tasks per principal and per tenant. Checked by count at creation,
+    so concurrent creations may overshoot by at most the number of requests in flight.
+
+    Returns the task's tenant, read in the same query as both counts."""
+    tenant = Tenant.objects.annotate(
+        active_of_principal=_active_count(principal_id=spec.principal_id),
+        active_of_tenant=_active_count(tenant_id=spec.tenant_id),
+    ).get(pk=spec.tenant_id)
+    limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL
+    if tenant.active_of_principal >= limit:
+        raise LimitExceeded(
+            f"Too many active tasks for this principal: the limit is {limit} "
+            "(MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL); wait for some to finish "
+            "or cancel them"
+        )
+    limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT
+    if tenant.active_of_tenant >= limit:
+        raise LimitExceeded(
+            f"Too many active tasks for this tenant: the limit is {limit} "
+            "(MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT)"
+        )
+    return tenant
+
+
+def task_retry(*, task_id: str, actor: Actor, reason: str = "") -> Task:
+    """Retry a task that failed with an exception, from its failed step: a new task (a terminal
+    state never changes) with the failed one's recorded steps and applied effects, so applied
+    effects are not repeated (failures.py). Audited on both tasks; returns the new task."""
+    with transaction.atomic():
+        failed = (
+            Task.objects.select_for_update().select_related("tenant").filter(pk=task_id).first()
+        )
+        if failed is None:
+            raise TaskNotFound(task_id)
+        refusal = failures.retry_refusal(failed)
+        if refusal:
+            raise NotRetryable(f"cannot retry task {task_id}: {refusal}")
+        task, _ = task_create(
+            spec=NewTask(
+                tenant_id=failed.tenant_id,
+                principal_id=failed.principal_id,
+                token_id=failed.token_id,
+                tool_name=failed.tool_name,
+                arguments=failed.arguments,
+                policy_revision=failed.policy_revision,
+                ttl_ms=failed.ttl_ms,
+                poll_interval_ms=failed.poll_interval_ms,
+                client_capabilities=failed.client_capabilities,
+                correlation_id=failed.correlation_id,
+            ),
+            actor=actor,
+        )
+        failures.copy_progress(failed, task)
+        Task.objects.filter(pk=task.pk).update(step_log=failed.step_log, retry_of=failed.pk)
+        step = (failed.failure or {}).get("step", "")
+        _audit(failed, "task.retried", actor, {"retry_task_id": task.pk, "reason": reason})
+        _audit(
+            task,
+            "task.retry_of",
+            actor,
+            {"retry_of": failed.pk, "from_step": step, "reason": reason},
+        )
+    return Task.objects.select_related("tenant").get(pk=task.pk)
