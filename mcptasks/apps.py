@@ -10,6 +10,7 @@ class McptasksConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from mcptasks import checks  # noqa: F401 - registers the deploy checks
+        from mcptasks.celery import app  # noqa: F401 - the app @shared_task binds to
         from mcptasks.dbroles import on_post_migrate
 
         # Once per migrate (all apps are migrated by then): the app role's grants.

@@ -30,9 +30,9 @@ from django.utils import timezone
 
 from mcptasks import access, limits, metrics, wire
 from mcptasks.auth import MCP_SCOPE, AuthError, verify_token
+from mcptasks.mcp.handlers import gate
 from mcptasks.models import ApiToken, Membership, Task, TaskState
 from mcptasks.protocol.call import Call
-from mcptasks.protocol.handlers import gate
 
 log = logging.getLogger(__name__)
 

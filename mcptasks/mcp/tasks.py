@@ -58,7 +58,7 @@ def detailed_for(
 
 @metrics.TASKS_GET_SECONDS.time()
 def handle_tasks_get(call: Call) -> dict[str, Any]:
-    """The general path (see protocol/fast_get.py for the event-loop one)."""
+    """The general path (see mcp/fast_get.py for the event-loop one)."""
     metrics.TASKS_GET_GENERAL.inc()
     task = _visible_task(call)
     return {"resultType": "complete", **polled_view(call, task)}

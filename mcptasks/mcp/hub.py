@@ -32,9 +32,9 @@ from django.db import close_old_connections
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from mcptasks import access
+from mcptasks.mcp.tasks import detailed_for
 from mcptasks.models import TERMINAL_STATES, Task
 from mcptasks.protocol.call import META_SUBSCRIPTION
-from mcptasks.protocol.tasks import detailed_for
 
 log = logging.getLogger(__name__)
 GONE = 2**62
