@@ -16,8 +16,8 @@ from rest_framework import serializers
 from audit.redact import redact_text
 from mcptasks import access, queries, wire
 from mcptasks.lifecycle import RECONCILE_DECISIONS
-from mcptasks.mcp.tasks import detailed_for
 from mcptasks.models import Effect, InputState, Task, TaskState
+from mcptasks.wire import detailed_for
 
 WIRE_STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from mcptasks import lifecycle
 from mcptasks.lifecycle import InputSpec
-from mcptasks.mcp.tasks import detailed_for
 from mcptasks.models import InputRequest, Task, TaskState
+from mcptasks.wire import detailed_for
 from tests.api.conftest import all_pages, ok, problem
 from tests.protocol.conftest import validate
 

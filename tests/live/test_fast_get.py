@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from audit.record import Actor
 from mcptasks import lifecycle, runner, tokens
-from mcptasks.mcp.tasks import detailed_for
 from mcptasks.models import ApiToken, Task, TaskState
+from mcptasks.wire import detailed_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 
