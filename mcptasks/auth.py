@@ -136,29 +136,40 @@ class TokenRowPlan:
         return instance
 
 
+@dataclass(frozen=True)
+class RowFields:
+    """Which fields of each model a :class:`TokenRowPlan` loads (None: all of them; the others
+    are deferred), and of the owner's task, if it joins one."""
+
+    token: frozenset[str] | None = None
+    user: frozenset[str] | None = None
+    tenant: frozenset[str] | None = None
+    task: frozenset[str] = frozenset()
+
+
 @functools.cache
-def token_row_plan(alias: str, task_fields: frozenset[str] = frozenset()) -> TokenRowPlan:
-    """The plan on database ``alias``; with ``task_fields``, the token owner's membership of its
-    tenant and those fields of their own task there (bound first: ``plan.params``)."""
+def token_row_plan(alias: str, fields: RowFields = RowFields()) -> TokenRowPlan:
+    """The plan on database ``alias``; with ``fields.task``, the token owner's membership of
+    its tenant and those fields of their own task there (bound first: ``plan.params``)."""
     db = connections[alias]
     user_model = get_user_model()
     columns: list[str] = []
     parts: list[Part] = []
     tables: list[tuple[Any, str, frozenset[str] | None]] = [
-        (ApiToken, "t", None),
-        (user_model, "u", None),
-        (Tenant, "n", None),
+        (ApiToken, "t", fields.token),
+        (user_model, "u", fields.user),
+        (Tenant, "n", fields.tenant),
     ]
     for model, alias_, names in tables:
         columns += _part(db, model, alias_, names, parts)
     joins = ""
-    if task_fields:
+    if fields.task:
         # Is the token's owner still a member of its tenant (a token acts only while they are)?
         columns.append(
             f'EXISTS (SELECT 1 FROM "{Membership._meta.db_table}" m '  # noqa: S608
             f'WHERE m."user_id" = t."user_id" AND m."tenant_id" = t."tenant_id")'
         )
-        columns += _part(db, Task, "k", task_fields, parts)
+        columns += _part(db, Task, "k", fields.task, parts)
         # Only the token owner's own task in the token's tenant is read: a foreign task's row
         # is never fetched, so "not yours" and "not there" cost this statement the same.
         joins = (

@@ -28,7 +28,14 @@ from django.db import connections
 from django.utils import timezone
 
 from mcptasks import access, limits, metrics, wire
-from mcptasks.auth import MCP_SCOPE, AuthError, TokenRowPlan, token_row_plan, verify_token
+from mcptasks.auth import (
+    MCP_SCOPE,
+    AuthError,
+    RowFields,
+    TokenRowPlan,
+    token_row_plan,
+    verify_token,
+)
 from mcptasks.mcp.handlers import gate
 from mcptasks.models import ApiToken, TaskState
 from mcptasks.protocol.call import Call
@@ -36,28 +43,37 @@ from mcptasks.protocol.call import Call
 log = logging.getLogger(__name__)
 
 
-# The task's fields the answer reads (the others deferred), joined to the token's row.
-TASK_FIELDS = frozenset(
-    {
-        "id",
-        "tenant_id",
-        "principal_id",
-        "state",
-        "status_message",
-        "result",
-        "error",
-        "ttl_ms",
-        "poll_interval_ms",
-        "created_at",
-        "updated_at",
-        "version",
-    }
+# What the answer reads of the row (the other fields deferred): the token's checks, whether its
+# user is active, and the task's wire fields.
+FIELDS = RowFields(
+    token=frozenset(
+        {"id", "user_id", "tenant_id", "secret_hash", "scopes", "expires_at", "revoked_at"}
+        | {"last_used_at"}
+    ),
+    user=frozenset({"id", "is_active"}),
+    tenant=frozenset({"id"}),
+    task=frozenset(
+        {
+            "id",
+            "tenant_id",
+            "principal_id",
+            "state",
+            "status_message",
+            "result",
+            "error",
+            "ttl_ms",
+            "poll_interval_ms",
+            "created_at",
+            "updated_at",
+            "version",
+        }
+    ),
 )
 
 
 def plan() -> TokenRowPlan:
     """auth's token row, with the owner's membership and task joined to it."""
-    return token_row_plan("default", TASK_FIELDS)
+    return token_row_plan("default", FIELDS)
 
 
 class _Pool:

@@ -281,9 +281,9 @@ def test_the_fast_paths_row_is_the_token_row_with_the_owners_task_joined(cast, m
     from django.db import connection
 
     from mcptasks.auth import token_row_plan
-    from mcptasks.mcp.fast_get import TASK_FIELDS
+    from mcptasks.mcp.fast_get import FIELDS
 
-    plan = token_row_plan(connection.alias, TASK_FIELDS)
+    plan = token_row_plan(connection.alias, FIELDS)
     lookup = ApiToken.split(cast["alice"]["token"])
     assert lookup is not None
     mine, theirs = make_task("alice"), make_task("bob")
@@ -295,12 +295,16 @@ def test_the_fast_paths_row_is_the_token_row_with_the_owners_task_joined(cast, m
 
     found = row_for(mine.pk)
     orm = ApiToken.objects.select_related("user", "tenant").get(lookup=lookup[0])
-    for left, right in ((orm, found.token), (orm.user, found.token.user)):
-        for field in type(left)._meta.concrete_fields:
-            assert getattr(left, field.attname) == getattr(right, field.attname), field.name
-    assert found.token.tenant == orm.tenant and found.member is True
-    assert found.task is not None
-    for name in TASK_FIELDS:
+    for left, right, names in (
+        (orm, found.token, FIELDS.token),
+        (orm.user, found.token.user, FIELDS.user),
+        (orm.tenant, found.token.tenant, FIELDS.tenant),
+    ):
+        assert names
+        for name in names:
+            assert getattr(left, name) == getattr(right, name), name
+    assert found.member is True and found.task is not None
+    for name in FIELDS.task:
         assert getattr(found.task, name) == getattr(mine, name), name
     # Another principal's task is never read: the row carries no task.
     assert row_for(theirs.pk).task is None
