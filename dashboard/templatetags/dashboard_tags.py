@@ -108,21 +108,22 @@ def state_badge(state: str, outcome: str = "", status: str = "") -> SafeString:
         return format_html(
             '<span class="badge tone-{}" data-state="rejected">rejected</span>', "bad"
         )
+    shown = status
     if not status:
         try:
             status = WIRE_STATUS[TaskState(state)]
         except ValueError:
             status = "working"
-        tone = STATE_TONE_OVERRIDES.get(state, STATE_TONE.get(status, "info"))  # type: ignore[call-overload]
+    tone = STATE_TONE_OVERRIDES.get(state, STATE_TONE.get(status, "info"))  # type: ignore[call-overload]
+    if not shown:
         return format_html(
             '<span class="badge tone-{}" data-state="{}">{}</span>', tone, state, state_label(state)
         )
-    tone = STATE_TONE_OVERRIDES.get(state, STATE_TONE.get(status, "info"))  # type: ignore[call-overload]
     return format_html(
         '<span class="badge tone-{}" data-state="{}" data-status="{}">{}</span>',
         tone,
         state,
-        status,
+        shown,
         state_label(state),
     )
 
