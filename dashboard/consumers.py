@@ -24,9 +24,7 @@ from django.contrib.auth import get_user_model
 from django.db import close_old_connections
 
 from audit.redact import redact_text
-from mcptasks import access, events
-from mcptasks.models import TaskState
-from mcptasks.wire import WIRE_STATUS
+from mcptasks import access, events, wire
 
 log = logging.getLogger(__name__)
 ACCESS_CHANGED = 4403
@@ -58,7 +56,7 @@ def _update_for(user: Any, task_id: str) -> dict[str, Any] | None:
             "task_id": task.pk,
             "version": task.version,
             "state": task.state,
-            "status": WIRE_STATUS[TaskState(task.state)],
+            "status": wire.viewer_status(user, task),
             # Redacted before it is cut, so a cut can never leave half a secret unrecognised.
             "status_message": redact_text(task.status_message or "")[:200],
         }

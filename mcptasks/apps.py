@@ -14,6 +14,7 @@ class McptasksConfig(AppConfig):
             dispatch,
             events,
         )
+        from mcptasks.celery import app  # noqa: F401 - the app @shared_task binds to
         from mcptasks.dbroles import on_post_migrate
 
         # Once per migrate (all apps are migrated by then): the app role's grants.

@@ -17,7 +17,8 @@ django_application = get_asgi_application()
 from django.conf import settings  # noqa: E402
 
 from mcptasks.logging import guard_access_logs  # noqa: E402
-from mcptasks.protocol.app import build_application, with_embedded_worker  # noqa: E402
+from mcptasks.mcp.app import with_embedded_worker  # noqa: E402
+from mcptasks.routing import build_application  # noqa: E402
 
 guard_access_logs()  # served by uvicorn instead of `manage.py serve` (Daphne): its access log
 application = build_application(django_application)

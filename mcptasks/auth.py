@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
+from django.db.models.base import ModelState
 
 from mcptasks import access
-from mcptasks.models import ApiToken, Membership, Role, Tenant, scope_covers
+from mcptasks.models import ApiToken, Membership, Role, Task, Tenant, scope_covers
 from mcptasks.oauth import JwtRejected, jwt_configured, validate_jwt
 
 MCP_SCOPE = "mcp"
@@ -67,60 +69,147 @@ def authenticate_bearer(authorization: str | None, *, scope: str = MCP_SCOPE) ->
 
 
 def _load_token(lookup: str) -> ApiToken | None:
-    """The token with its user and tenant, in one prepared statement: what
-    ``ApiToken.objects.select_related("user", "tenant").filter(lookup=lookup).first()`` loads,
-    without compiling that query on every request."""
-    statement, parts = _token_statement(connection.alias)
+    """The token with its user and tenant (:func:`token_row_plan`), by its lookup."""
+    plan = token_row_plan(connection.alias)
     with connection.cursor() as cursor:
-        cursor.execute(statement, [lookup])
+        cursor.execute(plan.statement, plan.params(lookup))
         row = cursor.fetchone()
-    if row is None:
-        return None
-    loaded, start = [], 0
-    for model, attnames, converters in parts:
-        values = list(row[start : start + len(attnames)])
-        start += len(attnames)
+    return None if row is None else plan.objects(row).token
+
+
+Part = tuple[Any, tuple[str, ...], list[tuple[int, Any]]]
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """A token row as objects: the token (its ``user`` and ``tenant`` set); with a task joined,
+    whether the token's owner is a member of the token's tenant and their task (None when the
+    id names no task of theirs there)."""
+
+    token: ApiToken
+    member: bool = False
+    task: Task | None = None
+
+
+@dataclass(frozen=True)
+class TokenRowPlan:
+    """The one statement that loads a token with its principal and tenant — what
+    ``ApiToken.objects.select_related("user", "tenant").filter(lookup=...)`` loads, without
+    compiling that query per request — and how its row becomes objects. The fast ``tasks/get``
+    (mcptasks/mcp/fast_get.py) joins the owner's membership and task to the same row."""
+
+    statement: str
+    parts: tuple[Part, ...]  # token, user, tenant[, task]: model, attnames, converters
+    alias: str
+
+    @property
+    def joins_task(self) -> bool:
+        return len(self.parts) == 4
+
+    def params(self, lookup: str, task_id: str | None = None) -> list[str]:
+        return [task_id, lookup] if self.joins_task else [lookup]  # type: ignore[list-item]
+
+    def objects(self, row: Sequence[Any]) -> TokenRow:
+        start, loaded = 0, []
+        for part in self.parts[:3]:
+            loaded.append(self._instance(part, row[start : start + len(part[1])]))
+            start += len(part[1])
+        token, user, tenant = loaded
+        token.user, token.tenant = user, tenant
+        if not self.joins_task:
+            return TokenRow(token)
+        values = row[start + 1 :]
+        task = None if values[0] is None else self._instance(self.parts[3], values)
+        return TokenRow(token, member=bool(row[start]), task=task)
+
+    def _instance(self, part: Part, values: Sequence[Any]) -> Any:
+        """What ``model.from_db`` builds from these columns (any others deferred), with the
+        ORM's converters, without its pass through ``Model.__init__``."""
+        model, attnames, converters = part
+        values = list(values)
         for index, convert in converters:
             values[index] = convert(values[index])
-        loaded.append(model.from_db(connection.alias, attnames, values))
-    token, user, tenant = loaded
-    token.user, token.tenant = user, tenant
-    return token  # type: ignore[no-any-return]
+        instance = model.__new__(model)
+        instance._state = ModelState()
+        instance._state.adding, instance._state.db = False, self.alias
+        instance.__dict__.update(zip(attnames, values, strict=True))
+        return instance
+
+
+@dataclass(frozen=True)
+class RowFields:
+    """Which fields of each model a :class:`TokenRowPlan` loads (None: all of them; the others
+    are deferred), and of the owner's task, if it joins one."""
+
+    token: frozenset[str] | None = None
+    user: frozenset[str] | None = None
+    tenant: frozenset[str] | None = None
+    task: frozenset[str] = frozenset()
 
 
 @functools.cache
-def _token_statement(alias: str) -> tuple[str, list[tuple[Any, list[str], list[Any]]]]:
-    """The statement, and per model its field names and the converters the ORM would apply to
-    each column (the backend's, then the field's) — as ``SQLCompiler.get_converters`` does."""
+def token_row_plan(alias: str, fields: RowFields = RowFields()) -> TokenRowPlan:
+    """The plan on database ``alias``; with ``fields.task``, the token owner's membership of
+    its tenant and those fields of their own task there (bound first: ``plan.params``)."""
+    db = connections[alias]
     user_model = get_user_model()
-    tables: list[tuple[Any, str]] = [(ApiToken, "t"), (user_model, "u"), (Tenant, "n")]
-    columns, parts = [], []
-    for model, alias_ in tables:
-        fields = list(model._meta.concrete_fields)
-        converters = []
-        for index, field in enumerate(fields):
-            col = field.get_col(alias_)
-            chain = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
-            if chain:
-                converters.append((index, _converter(chain, col)))
-        columns += [f'{alias_}."{field.column}"' for field in fields]
-        parts.append((model, [field.attname for field in fields], converters))
+    columns: list[str] = []
+    parts: list[Part] = []
+    tables: list[tuple[Any, str, frozenset[str] | None]] = [
+        (ApiToken, "t", fields.token),
+        (user_model, "u", fields.user),
+        (Tenant, "n", fields.tenant),
+    ]
+    for model, alias_, names in tables:
+        columns += _part(db, model, alias_, names, parts)
+    joins = ""
+    if fields.task:
+        # Is the token's owner still a member of its tenant (a token acts only while they are)?
+        columns.append(
+            f'EXISTS (SELECT 1 FROM "{Membership._meta.db_table}" m '  # noqa: S608
+            f'WHERE m."user_id" = t."user_id" AND m."tenant_id" = t."tenant_id")'
+        )
+        columns += _part(db, Task, "k", fields.task, parts)
+        # Only the token owner's own task in the token's tenant is read: a foreign task's row
+        # is never fetched, so "not yours" and "not there" cost this statement the same.
+        joins = (
+            f'LEFT JOIN "{Task._meta.db_table}" k ON k."id" = %s '
+            f'AND k."principal_id" = t."user_id" AND k."tenant_id" = t."tenant_id" '
+        )
     user_pk = user_model._meta.pk.column  # type: ignore[union-attr]
-    # Identifiers come from model metadata; the lookup is a bound parameter.
+    # Identifiers come from model metadata; the values are bound parameters.
     statement = (
         f"SELECT {', '.join(columns)} "  # noqa: S608
         f'FROM "{ApiToken._meta.db_table}" t '
         f'JOIN "{user_model._meta.db_table}" u ON u."{user_pk}" = t."user_id" '
         f'JOIN "{Tenant._meta.db_table}" n ON n."id" = t."tenant_id" '
+        f"{joins}"
         f'WHERE t."lookup" = %s'
     )
-    return statement, parts
+    return TokenRowPlan(statement=statement, parts=tuple(parts), alias=alias)
 
 
-def _converter(chain: list[Any], col: Any) -> Any:
+def _part(
+    db: Any, model: Any, alias: str, names: frozenset[str] | None, parts: list[Part]
+) -> list[str]:
+    """Append ``model``'s part (its fields in model order, ``names`` only if given, and the
+    converters the ORM would apply to each column — the backend's, then the field's, as
+    ``SQLCompiler.get_converters`` does); return its columns."""
+    fields = [f for f in model._meta.concrete_fields if names is None or f.attname in names]
+    converters = []
+    for index, field in enumerate(fields):
+        col = field.get_col(alias)
+        chain = db.ops.get_db_converters(col) + col.get_db_converters(db)
+        if chain:
+            converters.append((index, _converter(chain, col, db)))
+    parts.append((model, tuple(f.attname for f in fields), converters))
+    return [f'{alias}."{field.column}"' for field in fields]
+
+
+def _converter(chain: list[Any], col: Any, db: Any) -> Any:
     def convert(value: Any) -> Any:
         for step in chain:
-            value = step(value, col, connection)
+            value = step(value, col, db)
         return value
 
     return convert

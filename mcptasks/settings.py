@@ -293,7 +293,7 @@ MCPTASKS_IDEMPOTENCY_WINDOW_S = env_int("MCPTASKS_IDEMPOTENCY_WINDOW_S", 86_400)
 MCPTASKS_AUDIT_MAX_DATA_BYTES = env_int("MCPTASKS_AUDIT_MAX_DATA_BYTES", 16_384)
 MCPTASKS_TOKEN_LAST_USED_INTERVAL_S = 60
 # tasks/get of a token's owner is answered on the event loop with one query on an async pool of
-# at most this many connections per web process (PostgreSQL; mcptasks/protocol/fast_get.py).
+# at most this many connections per web process (PostgreSQL; mcptasks/mcp/fast_get.py).
 MCPTASKS_FAST_TASKS_GET = env_bool("MCPTASKS_FAST_TASKS_GET", default=True)
 MCPTASKS_FAST_TASKS_GET_POOL_MAX = env_int("MCPTASKS_FAST_TASKS_GET_POOL_MAX", 4)
 # Server-side prepared statement for it; turn off behind a pooler that cannot keep prepared

@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from audit.redact import redact, redact_text
-from mcptasks.models import InputRequest, Task, TaskState
+from mcptasks import access
+from mcptasks.models import Audience, InputRequest, InputState, Task, TaskState
+from mcptasks.tools.context import declares_input_kind
 
 S = TaskState
 WIRE_STATUS = {
@@ -95,14 +97,11 @@ def detailed_task(
     the task's principal (the raw form) or anyone else (the redacted form)."""
     fields = task_fields(task, owner_view=owner_view)
     sensitive = frozenset() if owner_view else sensitive_keys_of(task.tool_name)
-    status = fields["status"]
+    status = fields["status"] = status_of(task, requests)
     if status == "input_required":
-        if requests:
-            fields["inputRequests"] = input_requests_object(
-                requests, owner_view=owner_view, sensitive=sensitive
-            )
-        else:
-            fields["status"] = "working"  # nothing this viewer can answer
+        fields["inputRequests"] = input_requests_object(
+            requests, owner_view=owner_view, sensitive=sensitive
+        )
     elif status == "completed":
         fields["result"] = task.result if owner_view else shown(task.result, sensitive)
     elif status == "failed":
@@ -114,3 +113,84 @@ def detailed_task(
 def is_owner(user: Any, task: Task) -> bool:
     """Whether ``user`` sees ``task`` as its owner (the raw form of :func:`detailed_task`)."""
     return user is not None and user.pk is not None and task.principal_id == user.pk
+
+
+def status_of(task: Task, requests: list[InputRequest]) -> str:
+    """The wire status of ``task`` for a viewer who may answer ``requests``: ``input_required``
+    only while there is one (otherwise ``working``: nothing this viewer can answer)."""
+    status = WIRE_STATUS[TaskState(task.state)]
+    if status == "input_required" and not requests:
+        return "working"
+    return status
+
+
+# Who answers on MCP: the client (its tasks/get lists these audiences' requests).
+CLIENT_AUDIENCES = (Audience.CLIENT, Audience.ANY)
+
+
+def answerable(
+    pending: list[InputRequest], decisions: dict[int, access.Decision]
+) -> list[InputRequest]:
+    """Of ``pending`` (one task's pending requests), those a client may answer: a client
+    audience and allowed by ``decisions`` (access.answer_decisions, by request pk)."""
+    return [
+        r
+        for r in pending
+        if r.state == InputState.PENDING and r.audience in CLIENT_AUDIENCES and decisions.get(r.pk)
+    ]
+
+
+def _client_requests(tasks: list[Task]) -> dict[str, list[InputRequest]]:
+    """The pending client-audience requests of each of ``tasks``, oldest first, in one query."""
+    pending: dict[str, list[InputRequest]] = {task.pk: [] for task in tasks}
+    if tasks:
+        for request in InputRequest.objects.filter(
+            task_id__in=list(pending), state=InputState.PENDING, audience__in=CLIENT_AUDIENCES
+        ).order_by("created_at", "id"):
+            pending[request.task_id].append(request)
+    return pending
+
+
+def viewer_requests(
+    user: Any, task: Task, capabilities: dict[str, Any] | None = None
+) -> list[InputRequest]:
+    """The pending input requests of ``task`` that ``user`` may answer as a client (the
+    ``inputRequests`` of their tasks/get); with ``capabilities`` (those of the request that
+    asks), only those that request declared it can take (§8 item 4)."""
+    if task.state != TaskState.AWAITING_INPUT:
+        return []
+    pending = _client_requests([task])[task.pk]
+    requests = answerable(pending, access.answer_decisions(user, task, pending))
+    if capabilities is not None:
+        requests = [
+            r for r in requests if declares_input_kind(capabilities, r.method, r.params or {})
+        ]
+    return requests
+
+
+def viewer_status(user: Any, task: Task) -> str:
+    """The status ``user`` sees for ``task`` on every channel (MCP tasks/get, REST, dashboard,
+    its live updates)."""
+    return status_of(task, viewer_requests(user, task))
+
+
+def viewer_statuses(user: Any, tasks: list[Task]) -> dict[str, str]:
+    """:func:`viewer_status` of each of ``tasks`` (a page of rows), the pending requests of
+    those awaiting input read in one query."""
+    waiting = [task for task in tasks if task.state == TaskState.AWAITING_INPUT]
+    pending = _client_requests(waiting)
+    statuses = {task.pk: WIRE_STATUS[TaskState(task.state)] for task in tasks}
+    for task in waiting:
+        decisions = access.answer_decisions(user, task, pending[task.pk])
+        statuses[task.pk] = status_of(task, answerable(pending[task.pk], decisions))
+    return statuses
+
+
+def detailed_for(
+    user: Any, task: Task, capabilities: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The DetailedTask ``user`` sees (raw for its owner, redacted for anyone else), its
+    ``inputRequests`` those of :func:`viewer_requests`."""
+    return detailed_task(
+        task, viewer_requests(user, task, capabilities), owner_view=is_owner(user, task)
+    )

@@ -13,7 +13,7 @@ from django.utils.safestring import SafeString
 
 from audit import actions as audit_actions
 from mcptasks import wire
-from mcptasks.models import TaskState
+from mcptasks.models import Task, TaskState
 from mcptasks.wire import WIRE_STATUS
 
 register = template.Library()
@@ -100,21 +100,56 @@ def state_label(state: str) -> str:
 
 
 @register.simple_tag
-def state_badge(state: str, outcome: str = "") -> SafeString:
+def state_badge(state: str, outcome: str = "", status: str = "") -> SafeString:
     """The internal state as a badge toned by what it asks of people; a completed task whose
-    approval was rejected shows *rejected*, never a green "completed"."""
+    approval was rejected shows *rejected*, never a green "completed". With ``status`` (the
+    viewer's, :func:`viewer_status`), the tone is that status's and the badge carries it: a task
+    awaiting input that this viewer cannot answer is "working" to them, not a call to act."""
     if outcome == "rejected":
         return format_html(
             '<span class="badge tone-{}" data-state="rejected">rejected</span>', "bad"
         )
-    try:
-        status = WIRE_STATUS[TaskState(state)]
-    except ValueError:
-        status = "working"
+    shown = status
+    if not status:
+        try:
+            status = WIRE_STATUS[TaskState(state)]
+        except ValueError:
+            status = "working"
     tone = STATE_TONE_OVERRIDES.get(state, STATE_TONE.get(status, "info"))  # type: ignore[call-overload]
+    if not shown:
+        return format_html(
+            '<span class="badge tone-{}" data-state="{}">{}</span>', tone, state, state_label(state)
+        )
     return format_html(
-        '<span class="badge tone-{}" data-state="{}">{}</span>', tone, state, state_label(state)
+        '<span class="badge tone-{}" data-state="{}" data-status="{}">{}</span>',
+        tone,
+        state,
+        shown,
+        state_label(state),
     )
+
+
+@register.simple_tag(takes_context=True)
+def viewer_statuses(context: template.Context, tasks: Any) -> dict[str, str]:
+    """The viewer's status of each task of a page of rows (``wire.viewer_statuses``), for
+    :func:`viewer_status` to read instead of asking per row."""
+    return wire.viewer_statuses(context["request"].user, list(tasks))
+
+
+@register.simple_tag(takes_context=True)
+def viewer_status(context: template.Context, task: Task) -> str:
+    """The status this page's viewer sees for ``task`` — what their tasks/get says
+    (``wire.viewer_status``)."""
+    known = context.get("viewer_statuses") or {}
+    if task.pk in known:
+        return str(known[task.pk])
+    detail: Any = context.get("detail")
+    if detail is not None and detail.task is task:
+        # The task page decided on its pending requests already (queries.task_detail).
+        decisions = {i.request.pk: i.decision for i in detail.inputs if i.decision is not None}
+        pending = [i.request for i in detail.inputs if i.decision is not None]
+        return wire.status_of(task, wire.answerable(pending, decisions))
+    return wire.viewer_status(context["request"].user, task)
 
 
 @register.simple_tag

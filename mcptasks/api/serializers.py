@@ -18,7 +18,7 @@ from audit.serializers import AuditEventSerializer
 from mcptasks import access, queries, wire
 from mcptasks.lifecycle import RECONCILE_DECISIONS
 from mcptasks.models import Effect, InputState, Task, TaskState
-from mcptasks.protocol.tasks import detailed_for
+from mcptasks.wire import detailed_for
 
 WIRE_STATUSES = ("working", "input_required", "completed", "failed", "cancelled")
 

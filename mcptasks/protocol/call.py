@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcptasks.auth import Principal
+if TYPE_CHECKING:  # the adapter's principal; the codec only carries it
+    from mcptasks.auth import Principal
 
 PROTOCOL_VERSION = "2026-07-28"
 SUPPORTED_VERSIONS = [PROTOCOL_VERSION]
@@ -28,7 +29,7 @@ class Call:
     principal: Principal
     headers: dict[str, str] = field(default_factory=dict)
     # ``(message, progress, total)`` → one notifications/progress on this request's response
-    # stream; None unless the request carried a progressToken and accepts SSE (protocol/progress).
+    # stream; None unless the request carried a progressToken and accepts SSE (mcp/progress).
     progress: Callable[[str, float, float | None], None] | None = None
 
     @property

@@ -13,16 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken
-from django.conf import settings
 
 from mcptasks.protocol.errors import invalid_params
 
 STATE_TTL_S = 15 * 60
 
 
-def _fernet() -> Fernet:
-    key = hashlib.sha256(b"mcptasks-request-state:" + settings.REQUEST_STATE_KEY.encode()).digest()
-    return Fernet(base64.urlsafe_b64encode(key))
+def _fernet(key: str) -> Fernet:
+    """The sealing key derived from the deployment's secret (``settings.REQUEST_STATE_KEY``,
+    handed in by the caller: this module reads no settings)."""
+    digest = hashlib.sha256(b"mcptasks-request-state:" + key.encode()).digest()
+    return Fernet(base64.urlsafe_b64encode(digest))
 
 
 @dataclass
@@ -36,7 +37,7 @@ class RequestState:
     asked: dict[str, dict[str, Any]] = field(default_factory=dict)
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def seal(self) -> str:
+    def seal(self, key: str) -> str:
         payload = {
             "v": 1,
             "p": self.principal_id,
@@ -48,11 +49,18 @@ class RequestState:
             "q": self.asked,
             "a": self.answers,
         }
-        return _fernet().encrypt(json.dumps(payload, separators=(",", ":")).encode()).decode()
+        return _fernet(key).encrypt(json.dumps(payload, separators=(",", ":")).encode()).decode()
 
     @classmethod
     def open(
-        cls, token: Any, *, principal_id: int, tenant_id: int, tool: str, argument_digest: str
+        cls,
+        token: Any,
+        *,
+        key: str,
+        principal_id: int,
+        tenant_id: int,
+        tool: str,
+        argument_digest: str,
     ) -> RequestState:
         """Verify and decrypt; raise -32602 naming what is wrong. Nothing runs on failure."""
         if not isinstance(token, str) or not token or len(token) > 1_000_000:
@@ -62,7 +70,7 @@ class RequestState:
             # suffix appended would verify: accept only the exact canonical encoding we issued.
             if base64.urlsafe_b64encode(base64.urlsafe_b64decode(token)).decode() != token:
                 raise InvalidToken
-            payload = json.loads(_fernet().decrypt(token.encode()))
+            payload = json.loads(_fernet(key).decrypt(token.encode()))
         except (InvalidToken, ValueError):
             raise invalid_params(
                 "requestState failed verification (tampered or not ours)"

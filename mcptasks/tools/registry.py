@@ -19,7 +19,7 @@ from mcptasks.canonical import digest
 Policy = Literal["sync", "task", "auto"]
 POLICIES = ("sync", "task", "auto")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-# Served by the server itself while a tool opts in to the task fallback (protocol/task_tools.py).
+# Served by the server itself while a tool opts in to the task fallback (mcp/task_tools.py).
 FALLBACK_TOOL_NAMES = ("task_cancel", "task_status")
 
 
@@ -53,7 +53,7 @@ class ToolDef:
     # Client-audience questions go to operators when the client cannot elicit.
     operator_fallback: bool = False
     # A client without the tasks extension gets the task anyway, answered as an ordinary
-    # CallToolResult naming it and the task_status / task_cancel tools (protocol/task_tools.py).
+    # CallToolResult naming it and the task_status / task_cancel tools (mcp/task_tools.py).
     task_fallback: bool = False
     # A task tool whose first questions are asked before the task exists (``before_task=True``):
     # only then does any of its code run in the web request (MCPTASKS_PRE_TASK_LIMIT_S).

@@ -13,7 +13,7 @@ from audit.models import AuditEvent
 from mcptasks import lifecycle
 from mcptasks.lifecycle import InputSpec
 from mcptasks.models import InputRequest, Task, TaskState
-from mcptasks.protocol.tasks import detailed_for
+from mcptasks.wire import detailed_for
 from tests.api.conftest import all_pages, ok, problem
 from tests.protocol.conftest import validate
 

@@ -71,7 +71,7 @@ def live_url(transactional_db: None, settings: Any) -> Iterator[str]:
     redirect)."""
     from django.core.handlers.asgi import ASGIHandler
 
-    from mcptasks.protocol.app import build_application
+    from mcptasks.routing import build_application
 
     settings.WHITENOISE_USE_FINDERS = True
     settings.WHITENOISE_AUTOREFRESH = False

@@ -1,4 +1,4 @@
-"""The event-loop ``tasks/get`` (mcptasks/protocol/fast_get.py) against a real server process:
+"""The event-loop ``tasks/get`` (mcptasks/mcp/fast_get.py) against a real server process:
 it answers exactly what the general path answers, only for the cases it may decide, and every
 other case — foreign ids, role rights, tasks awaiting input, revoked or wrong tokens — reaches
 the general path with its usual answer. Which path answered is read from /metrics."""
@@ -16,7 +16,7 @@ from django.utils import timezone
 from audit.record import Actor
 from mcptasks import lifecycle, runner, tokens
 from mcptasks.models import ApiToken, Task, TaskState
-from mcptasks.protocol.tasks import detailed_for
+from mcptasks.wire import detailed_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.live, pytest.mark.django_db(transaction=True)]
 

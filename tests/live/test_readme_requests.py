@@ -51,7 +51,7 @@ def bash(script: str, env: dict[str, str], timeout: float = 120) -> str:
 
 
 def test_the_readme_shows_every_mcp_method_the_server_serves() -> None:
-    from mcptasks.protocol.handlers import LISTEN, METHODS
+    from mcptasks.mcp.handlers import LISTEN, METHODS
 
     script = block_after("### Every MCP method, from the shell", "bash")
     served = {*METHODS, LISTEN}

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from datetime import timedelta
+from typing import Any
 
 import pytest
 import time_machine
@@ -271,3 +272,39 @@ def test_the_token_statement_loads_what_the_orm_loads(cast):
             assert getattr(left, field.attname) == getattr(right, field.attname), field.name
     assert loaded.scopes == ["mcp", "dashboard"]
     assert _load_token("nosuchlookup") is None
+
+
+@pytest.mark.django_db
+def test_the_fast_paths_row_is_the_token_row_with_the_owners_task_joined(cast, make_task):
+    """fast_get reads auth's token row (one plan, one way to objects) with the membership and
+    the owner's own task joined: the same token, user and tenant the ORM loads."""
+    from django.db import connection
+
+    from mcptasks.auth import token_row_plan
+    from mcptasks.mcp.fast_get import FIELDS
+
+    plan = token_row_plan(connection.alias, FIELDS)
+    lookup = ApiToken.split(cast["alice"]["token"])
+    assert lookup is not None
+    mine, theirs = make_task("alice"), make_task("bob")
+
+    def row_for(task_id: str) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(plan.statement, plan.params(lookup[0], task_id))
+            return plan.objects(cursor.fetchone())
+
+    found = row_for(mine.pk)
+    orm = ApiToken.objects.select_related("user", "tenant").get(lookup=lookup[0])
+    for left, right, names in (
+        (orm, found.token, FIELDS.token),
+        (orm.user, found.token.user, FIELDS.user),
+        (orm.tenant, found.token.tenant, FIELDS.tenant),
+    ):
+        assert names
+        for name in names:
+            assert getattr(left, name) == getattr(right, name), name
+    assert found.member is True and found.task is not None
+    for name in FIELDS.task:
+        assert getattr(found.task, name) == getattr(mine, name), name
+    # Another principal's task is never read: the row carries no task.
+    assert row_for(theirs.pk).task is None

@@ -15,7 +15,7 @@ from django.test import Client
 from mcptasks import lifecycle
 from mcptasks.logging import AccessLog, QueryStringSecrets, redact_request_target
 from mcptasks.models import Task, TaskState
-from mcptasks.protocol.tasks import detailed_for
+from mcptasks.wire import detailed_for
 from tests.api.conftest import api, api_tokens, ok, plain_http  # noqa: F401 - fixtures
 from tests.core.conftest import actors, task_in  # noqa: F401 - fixtures
 

@@ -14,7 +14,7 @@ import pytest
 
 from audit.record import Actor
 from mcptasks import lifecycle, runner
-from mcptasks.protocol import hub as hub_module
+from mcptasks.mcp import hub as hub_module
 from tests.protocol.conftest import TASK_CAPS, VERSION, McpClient
 from tests.streams.test_listen import SUB, listen_body
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from mcptasks.protocol.hub import Hub
+from mcptasks.mcp.hub import Hub
 
 
 class IdleThenMessage:

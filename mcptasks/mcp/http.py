@@ -24,9 +24,13 @@ from audit.record import current_request_id
 from mcptasks import db_retry, events, metrics, tracing
 from mcptasks.auth import AuthError, Principal, authenticate_bearer
 from mcptasks.limits import Throttled
+from mcptasks.mcp import fast_get
+from mcptasks.mcp.handlers import LISTEN, gate, server_info
+from mcptasks.mcp.listen import ListenStream, parse_listen
+from mcptasks.mcp.progress import ProgressStream
 from mcptasks.oauth import resource_metadata_url
-from mcptasks.protocol import fast_get, jsonrpc
 from mcptasks.protocol import headers as header_rules
+from mcptasks.protocol import jsonrpc
 from mcptasks.protocol.call import (
     META_CAPABILITIES,
     META_SERVER_INFO,
@@ -42,9 +46,6 @@ from mcptasks.protocol.errors import (
     UNSUPPORTED_PROTOCOL_VERSION,
     McpError,
 )
-from mcptasks.protocol.handlers import LISTEN, gate, server_info
-from mcptasks.protocol.listen import ListenStream, parse_listen
-from mcptasks.protocol.progress import ProgressStream
 
 log = logging.getLogger(__name__)
 # Methods a transient database error may repeat: reads, and cancel (recording intent twice is a

@@ -15,7 +15,7 @@ from audit.record import Actor
 from mcptasks import approval_policies, lifecycle, metrics, wire
 from mcptasks.canonical import digest
 from mcptasks.interrupt import time_limit
-from mcptasks.protocol import task_tools
+from mcptasks.mcp import task_tools
 from mcptasks.protocol.call import TASKS_EXTENSION, Call
 from mcptasks.protocol.errors import INTERNAL_ERROR, McpError, invalid_params, missing_capability
 from mcptasks.protocol.headers import check_param_headers
@@ -127,7 +127,7 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
         return {
             "resultType": "input_required",
             "inputRequests": pending.requests,
-            "requestState": state.seal(),
+            "requestState": state.seal(settings.REQUEST_STATE_KEY),
         }
     except InvalidInputResponse as exc:
         raise invalid_params(str(exc), {"key": exc.key}) from None
@@ -199,6 +199,7 @@ def _open_state(
     else:
         state = RequestState.open(
             raw_state,
+            key=settings.REQUEST_STATE_KEY,
             principal_id=principal.user.pk,
             tenant_id=principal.tenant.pk,
             tool=tool_def.name,

@@ -31,10 +31,9 @@ from channels.layers import get_channel_layer
 from django.db import close_old_connections
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from mcptasks import access
+from mcptasks import access, wire
 from mcptasks.models import TERMINAL_STATES, Task
 from mcptasks.protocol.call import META_SUBSCRIPTION
-from mcptasks.protocol.tasks import detailed_for
 
 log = logging.getLogger(__name__)
 GONE = 2**62
@@ -94,7 +93,7 @@ def read_frames(
                     frames[task.pk] = render_frame(
                         task.version,
                         task.state in TERMINAL_STATES,
-                        detailed_for(user, task, capabilities),
+                        wire.detailed_for(user, task, capabilities),
                     )
         return found
     finally:

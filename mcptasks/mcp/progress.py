@@ -15,9 +15,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from mcptasks.mcp.listen import sse, sse_start
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import invalid_params
-from mcptasks.protocol.listen import sse, sse_start
 
 PROGRESS_TOKEN = "progressToken"
 

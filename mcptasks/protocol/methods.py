@@ -1,17 +1,16 @@
-"""The method table and the discovery methods. Plain Python apart from the handlers' reads."""
+"""The method table's rules over plain data: which methods exist, which were removed, which need
+the tasks extension, and the discovery result. The handlers themselves are the adapter's
+(mcptasks/mcp/handlers.py), which hands its table to :func:`gate`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from django.conf import settings
-
-from mcptasks.protocol import task_tools
 from mcptasks.protocol.call import PROTOCOL_VERSION, SUPPORTED_VERSIONS, TASKS_EXTENSION, Call
-from mcptasks.protocol.errors import METHOD_NOT_FOUND, McpError, invalid_params, missing_capability
-from mcptasks.protocol.tasks import handle_tasks_cancel, handle_tasks_get, handle_tasks_update
-from mcptasks.protocol.tools_call import handle_tools_call
+from mcptasks.protocol.errors import METHOD_NOT_FOUND, McpError, missing_capability
+
+SERVER_NAME = "mcptasks"
 
 INSTRUCTIONS = (
     "mcptasks runs long tools as durable tasks (io.modelcontextprotocol/tasks). Declare the "
@@ -33,29 +32,7 @@ def handle_server_discover(call: Call) -> dict[str, Any]:
     }
 
 
-def handle_tools_list(call: Call) -> dict[str, Any]:
-    cursor = call.params.get("cursor")
-    if cursor is not None:
-        # One page holds every tool, so no cursor this server issued exists.
-        raise invalid_params("Invalid cursor")
-    return {
-        "resultType": "complete",
-        "tools": task_tools.tool_list(),
-        "ttlMs": 60_000,
-        "cacheScope": "private",
-    }
-
-
 Handler = Callable[[Call], dict[str, Any]]
-
-METHODS: dict[str, Handler] = {
-    "server/discover": handle_server_discover,
-    "tools/list": handle_tools_list,
-    "tools/call": handle_tools_call,
-    "tasks/get": handle_tasks_get,
-    "tasks/update": handle_tasks_update,
-    "tasks/cancel": handle_tasks_cancel,
-}
 
 # Methods gated on the tasks extension being declared on this request.
 TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
@@ -81,10 +58,16 @@ def _declares_tasks(capabilities: dict[str, Any]) -> bool:
     return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
 
 
-def gate(method: str, params: dict[str, Any], capabilities: dict[str, Any]) -> Handler | None:
-    """The handler of ``method``, once the method is known and the capabilities it needs are
-    declared on this request (runs after authentication); None for ``subscriptions/listen``."""
-    handler = METHODS.get(method)
+def gate(
+    method: str,
+    params: dict[str, Any],
+    capabilities: dict[str, Any],
+    methods: Mapping[str, Handler],
+) -> Handler | None:
+    """The handler of ``method`` in ``methods``, once the method is known and the capabilities it
+    needs are declared on this request (runs after authentication); None for
+    ``subscriptions/listen``."""
+    handler = methods.get(method)
     if method == LISTEN:
         notifications = params.get("notifications")
         if (
@@ -110,5 +93,5 @@ def gate(method: str, params: dict[str, Any], capabilities: dict[str, Any]) -> H
     return handler
 
 
-def server_info() -> dict[str, str]:
-    return {"name": "mcptasks", "version": settings.MCPTASKS_VERSION}
+def server_info(version: str) -> dict[str, str]:
+    return {"name": SERVER_NAME, "version": version}

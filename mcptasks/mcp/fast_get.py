@@ -2,7 +2,8 @@
 
 The common case — a bearer token's owner polling their own task that is not waiting for input —
 is answered with one SQL round trip on an async psycopg pool, without leaving the event loop:
-token, user, the owner's membership of the token's tenant and their own task there in one row
+token, user and tenant (auth.token_row_plan, the general path's loader), the owner's membership of
+the token's tenant and their own task there in one row
 (another principal's task is not read), checked by the same functions the general path uses
 (``auth.verify_token``, ``access.decide_without_queries``, ``limits.check_poll_async``,
 ``wire.detailed_task``). Anything else returns None and the request takes the general path on a
@@ -23,79 +24,56 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import connections
-from django.db.models.base import ModelState
 from django.utils import timezone
 
 from mcptasks import access, limits, metrics, wire
-from mcptasks.auth import MCP_SCOPE, AuthError, verify_token
-from mcptasks.models import ApiToken, Membership, Task, TaskState
+from mcptasks.auth import (
+    MCP_SCOPE,
+    AuthError,
+    RowFields,
+    TokenRowPlan,
+    token_row_plan,
+    verify_token,
+)
+from mcptasks.mcp.handlers import gate
+from mcptasks.models import ApiToken, TaskState
 from mcptasks.protocol.call import Call
-from mcptasks.protocol.handlers import gate
 
 log = logging.getLogger(__name__)
 
 
-def _in_model_order(model: Any, names: set[str]) -> tuple[str, ...]:
-    """Attribute names in the model's field order (what ``Model.from_db`` expects)."""
-    return tuple(f.attname for f in model._meta.concrete_fields if f.attname in names)
-
-
-TOKEN_FIELDS = _in_model_order(
-    ApiToken,
-    {"id", "user_id", "tenant_id", "secret_hash", "scopes", "expires_at", "revoked_at"}
-    | {"last_used_at"},
+# What the answer reads of the row (the other fields deferred): the token's checks, whether its
+# user is active, and the task's wire fields.
+FIELDS = RowFields(
+    token=frozenset(
+        {"id", "user_id", "tenant_id", "secret_hash", "scopes", "expires_at", "revoked_at"}
+        | {"last_used_at"}
+    ),
+    user=frozenset({"id", "is_active"}),
+    tenant=frozenset({"id"}),
+    task=frozenset(
+        {
+            "id",
+            "tenant_id",
+            "principal_id",
+            "state",
+            "status_message",
+            "result",
+            "error",
+            "ttl_ms",
+            "poll_interval_ms",
+            "created_at",
+            "updated_at",
+            "version",
+        }
+    ),
 )
-TASK_FIELDS = _in_model_order(
-    Task,
-    {
-        "id",
-        "tenant_id",
-        "principal_id",
-        "state",
-        "status_message",
-        "result",
-        "error",
-        "ttl_ms",
-        "poll_interval_ms",
-        "created_at",
-        "updated_at",
-        "version",
-    },
-)
 
 
-def _columns(model: Any, alias: str, names: tuple[str, ...]) -> list[str]:
-    return [f'{alias}."{model._meta.get_field(name.removesuffix("_id")).column}"' for name in names]
-
-
-def _statement() -> str:
-    user_model = get_user_model()
-    token_table, task_table = ApiToken._meta.db_table, Task._meta.db_table
-    user_pk = user_model._meta.pk.column  # type: ignore[union-attr]
-    # Is the token's owner still a member of its tenant (a token acts only while they are)?
-    member = (
-        f'EXISTS (SELECT 1 FROM "{Membership._meta.db_table}" m '  # noqa: S608
-        f'WHERE m."user_id" = t."user_id" AND m."tenant_id" = t."tenant_id")'
-    )
-    columns = [
-        *_columns(ApiToken, "t", TOKEN_FIELDS),
-        f'u."{user_model._meta.get_field("is_active").column}"',
-        member,
-        *_columns(Task, "k", TASK_FIELDS),
-    ]
-    # Identifiers come from model metadata; the values are bound parameters.
-    return (
-        f"SELECT {', '.join(columns)} "  # noqa: S608
-        f'FROM "{token_table}" t '
-        f'JOIN "{user_model._meta.db_table}" u ON u."{user_pk}" = t."user_id" '
-        # Only the token owner's own task in the token's tenant is read: a foreign task's row
-        # is never fetched, so "not yours" and "not there" cost this statement the same.
-        f'LEFT JOIN "{task_table}" k ON k."id" = %(task)s '
-        f'AND k."principal_id" = t."user_id" AND k."tenant_id" = t."tenant_id" '
-        f'WHERE t."lookup" = %(lookup)s'
-    )
+def plan() -> TokenRowPlan:
+    """auth's token row, with the owner's membership and task joined to it."""
+    return token_row_plan("default", FIELDS)
 
 
 class _Pool:
@@ -112,8 +90,9 @@ class _Pool:
             from psycopg_pool import AsyncConnectionPool
 
             params = dict(connections["default"].get_connection_params())
-            for key in ("cursor_factory", "context"):
-                params.pop(key, None)
+            # Django's adapters (its "context": JSON as text, as the ORM's converters expect)
+            # serve async connections as well; its cursor class does not.
+            params.pop("cursor_factory", None)
             # The wire timestamps are UTC ("Z"), like the ORM's.
             params["options"] = f"{params.get('options', '')} -c TimeZone=UTC".strip()
             params["autocommit"] = True  # one statement: no BEGIN/COMMIT round trips
@@ -121,7 +100,7 @@ class _Pool:
                 # The one statement is prepared on each connection once (server-side), so
                 # PostgreSQL stops planning the three-table join on every poll.
                 params["prepare_threshold"] = 0
-            self.statement = _statement()
+            self.statement = plan().statement
             self.loop = loop
             self.pool = AsyncConnectionPool(
                 kwargs=params,
@@ -156,34 +135,11 @@ async def _read(lookup: str, task_id: str) -> tuple[Any, ...] | None:
     try:
         pool = await _pool.get()
         async with pool.connection() as connection:
-            cursor = await connection.execute(_pool.statement, {"lookup": lookup, "task": task_id})
+            cursor = await connection.execute(_pool.statement, plan().params(lookup, task_id))
             return await cursor.fetchone()  # type: ignore[no-any-return]
     except (psycopg.Error, PoolTimeout):
         log.warning("fast tasks/get unavailable; answering on the general path", exc_info=True)
         return None
-
-
-def _objects(row: tuple[Any, ...]) -> tuple[ApiToken, Any, Task, bool] | None:
-    """Token (with its user), task, and whether the token's owner is a member of the token's
-    tenant, from the row; None if the row has no task."""
-    n = len(TOKEN_FIELDS)
-    task_values = row[n + 2 :]
-    if task_values[0] is None:
-        return None
-    token = _instance(ApiToken, TOKEN_FIELDS, row[:n])
-    user = _instance(get_user_model(), ("id", "is_active"), (token.user_id, row[n]))
-    token.user = user
-    return token, user, _instance(Task, TASK_FIELDS, task_values), bool(row[n + 1])
-
-
-def _instance(model: Any, names: tuple[str, ...], values: Any) -> Any:
-    """What ``model.from_db`` builds from these columns (the others deferred), without its
-    pass over every field of the model."""
-    instance = model.__new__(model)
-    instance._state = ModelState()
-    instance._state.adding, instance._state.db = False, "default"
-    instance.__dict__.update(zip(names, values, strict=True))
-    return instance
 
 
 async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | None:
@@ -195,10 +151,11 @@ async def tasks_get(call: Call, authorization: str | None) -> dict[str, Any] | N
         return None
     with metrics.TASKS_GET_SECONDS.time():
         row = await _read(parts[0], task_id)
-        found = _objects(row) if row is not None else None
-        if found is None:
+        found = plan().objects(row) if row is not None else None
+        if found is None or found.task is None:
             return None
-        token, user, task, member = found
+        token, task, member = found.token, found.task, found.member
+        user = token.user
         try:
             verify_token(token, parts[1], MCP_SCOPE)
         except AuthError:

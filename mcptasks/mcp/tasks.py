@@ -1,7 +1,7 @@
 """``tasks/get``, ``tasks/update``, ``tasks/cancel`` (PROTOCOL §4.4–§4.6).
 
 Unknown, expired and other principals' task ids answer the same -32602 through
-:func:`_visible_task`, the one path every method takes.
+:func:`visible_task` (access.task_for), the one path every method takes.
 """
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 from audit.record import Actor
-from mcptasks import access, lifecycle, limits, metrics, queries, wire
-from mcptasks.models import Audience, InputKind, InputRequest, InputState, Task, TaskState
+from mcptasks import access, lifecycle, limits, metrics, wire
+from mcptasks.models import Audience, InputKind, InputRequest, InputState, Task
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import McpError, invalid_params
 from mcptasks.tools.answers import InvalidAnswer, validate_response, verdict_of
-from mcptasks.tools.context import declares_input_kind
 
 ACK = {"resultType": "complete"}
 # tasks/update's result _meta: for each key of inputResponses, whether this answer was the one
 # recorded ("taken") or not ("not_taken": answered first by someone else, no longer pending, or
 # never asked of this client). docs/api.md documents it.
 INPUT_RESPONSES_META = "dev.mcptasks/inputResponses"
+TASK_NOT_FOUND = "Failed to retrieve task: Task not found"
 TAKEN, NOT_TAKEN = "taken", "not_taken"
 
 
@@ -28,37 +28,25 @@ def _visible_task(call: Call) -> Task:
     return visible_task(call.principal.user, call.params.get("taskId"), "params.taskId")
 
 
-def visible_task(user: Any, task_id: Any, field: str = "taskId") -> Task:
-    """The task ``user`` may see under ``task_id``; -32602 for anything else (counted)."""
+def visible_task(
+    user: Any, task_id: Any, field: str = "taskId", action: access.Action = access.Action.VIEW
+) -> Task:
+    """The task ``user`` may do ``action`` to under ``task_id`` (access.task_for); -32602 for
+    anything else: a task they may not see (counted) is "not found", one they may see but not do
+    ``action`` to is refused with access's reason."""
     if not isinstance(task_id, str) or not task_id:
         raise invalid_params(f"{field} must be a non-empty string")
-    task = queries.find_task(user, task_id)
-    if task is None:
-        raise invalid_params("Failed to retrieve task: Task not found")
-    return task
-
-
-def detailed_for(
-    user: Any, task: Task, capabilities: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The DetailedTask ``user`` sees (raw for its owner, redacted for anyone else); with
-    ``capabilities`` (those of the request that asks),
-    only the input requests that request declared it can take are surfaced (§8 item 4)."""
-    requests = (
-        access.answerable_requests(user, task, channel="mcp")
-        if task.state == TaskState.AWAITING_INPUT
-        else []
-    )
-    if capabilities is not None:
-        requests = [
-            r for r in requests if declares_input_kind(capabilities, r.method, r.params or {})
-        ]
-    return wire.detailed_task(task, requests, owner_view=wire.is_owner(user, task))
+    try:
+        return access.task_for(user, task_id, action)
+    except access.TaskHidden:
+        raise invalid_params(TASK_NOT_FOUND) from None
+    except access.Refused as refused:
+        raise invalid_params(refused.decision.reason) from None
 
 
 @metrics.TASKS_GET_SECONDS.time()
 def handle_tasks_get(call: Call) -> dict[str, Any]:
-    """The general path (see protocol/fast_get.py for the event-loop one)."""
+    """The general path (see mcp/fast_get.py for the event-loop one)."""
     metrics.TASKS_GET_GENERAL.inc()
     task = _visible_task(call)
     return {"resultType": "complete", **polled_view(call, task)}
@@ -72,7 +60,7 @@ def polled_view(call: Call, task: Task) -> dict[str, Any]:
         poll_interval_ms=task.poll_interval_ms,
         version=task.version,
     )
-    return detailed_for(call.principal.user, task, call.capabilities)
+    return wire.detailed_for(call.principal.user, task, call.capabilities)
 
 
 def handle_tasks_update(call: Call) -> dict[str, Any]:

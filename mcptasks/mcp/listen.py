@@ -28,9 +28,9 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from mcptasks import access, events, metrics
+from mcptasks.mcp.hub import Frame, Hub, PrincipalKey, hub, read_frames, viewer_key
 from mcptasks.protocol.call import META_SUBSCRIPTION, Call
 from mcptasks.protocol.errors import invalid_params
-from mcptasks.protocol.hub import Frame, Hub, PrincipalKey, hub, read_frames, viewer_key
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from mcptasks import wire
+from mcptasks.mcp.tasks import cancel_task, polled_view, visible_task
 from mcptasks.models import Task
 from mcptasks.protocol.call import Call
 from mcptasks.protocol.errors import INVALID_PARAMS, McpError
-from mcptasks.protocol.tasks import cancel_task, polled_view, visible_task
 from mcptasks.tools.answers import offline_validator
 from mcptasks.tools.registry import FALLBACK_TOOL_NAMES, ToolDef, registry
 
