@@ -42,7 +42,6 @@ from dashboard.pages import (
 from mcptasks import access, lifecycle, queries
 from mcptasks.models import InputKind, InputRequest, InputState, Task, TaskState
 from mcptasks.tools.context import ELICIT
-from mcptasks.wire import WIRE_STATUS
 
 User = get_user_model()
 
@@ -198,7 +197,6 @@ def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
     context = {
         "detail": detail,
         "task": task,
-        "wire_status": WIRE_STATUS[TaskState(task.state)],
         "cancel_form": forms.CancelForm(),
         "force_form": forms.ForceCancelForm(),
         "reconcile_form": forms.ReconcileForm(),

@@ -6,7 +6,7 @@ every write goes through lifecycle (tasks) or the token and export services (STY
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
@@ -55,7 +55,9 @@ class TaskSummarySerializer(serializers.Serializer):
     state = serializers.ChoiceField(
         choices=TaskState.choices, help_text="The internal state (richer than the wire status)."
     )
-    status = serializers.SerializerMethodField(help_text="The MCP wire status of the state.")
+    status = serializers.SerializerMethodField(
+        help_text="The MCP wire status this viewer sees (what their tasks/get says)."
+    )
     status_message = serializers.SerializerMethodField(help_text="Redacted.")
     backend_job_id = serializers.CharField()
     version = serializers.IntegerField()
@@ -66,7 +68,16 @@ class TaskSummarySerializer(serializers.Serializer):
 
     @extend_schema_field(serializers.ChoiceField(choices=WIRE_STATUSES))
     def get_status(self, task: Task) -> str:
-        return wire.WIRE_STATUS[TaskState(task.state)]
+        # The viewer's status (wire.viewer_statuses), read once for the whole page of a list.
+        statuses = self.context.get("viewer_statuses")
+        if statuses is None or task.pk not in statuses:
+            request = self.context.get("request")
+            viewer = self.context.get("viewer") or getattr(request, "user", None)
+            parent = self.parent
+            page = parent.instance if isinstance(parent, serializers.ListSerializer) else None
+            statuses = wire.viewer_statuses(viewer, list(page or [task]))
+            cast(dict[str, Any], self.context)["viewer_statuses"] = statuses
+        return statuses[task.pk]
 
     def get_status_message(self, task: Task) -> str:
         return redact_text(task.status_message or "")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.record import Actor
 from mcptasks import access, lifecycle, limits, metrics, wire
 from mcptasks.models import Audience, InputKind, InputRequest, InputState, Task
 from mcptasks.protocol.call import Call
@@ -99,7 +98,7 @@ def handle_tasks_update(call: Call) -> dict[str, Any]:
                 verdict_of(accepted[key])
         except InvalidAnswer as exc:
             raise invalid_params(f"inputResponses[{key!r}]: {exc}", {"key": key}) from None
-    actor = Actor.for_user(user, kind="principal")
+    actor = access.actor(user, "mcp")
     statuses = dict.fromkeys(responses, NOT_TAKEN)
     for key, response in accepted.items():
         try:
@@ -154,7 +153,7 @@ def cancel_task(user: Any, task: Task, reason: str = "tasks/cancel") -> None:
         raise invalid_params(f"Cannot cancel task: {decision.reason}")
     try:
         lifecycle.task_request_cancel(
-            task_id=task.pk, actor=Actor.for_user(user, "principal"), reason=reason
+            task_id=task.pk, actor=access.actor(user, "mcp"), reason=reason
         )
     except lifecycle.TaskNotFound:
         raise invalid_params("Failed to retrieve task: Task not found") from None

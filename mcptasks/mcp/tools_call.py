@@ -11,8 +11,7 @@ from django.conf import settings
 from referencing.exceptions import Unresolvable
 from rfc8785 import CanonicalizationError
 
-from audit.record import Actor
-from mcptasks import approval_policies, lifecycle, metrics, wire
+from mcptasks import access, approval_policies, lifecycle, metrics, wire
 from mcptasks.canonical import digest
 from mcptasks.interrupt import time_limit
 from mcptasks.mcp import task_tools
@@ -254,7 +253,7 @@ def _create_task(
                 sensitive_keys=tool_def.sensitive,
                 answered_inputs=answered,
             ),
-            actor=Actor.for_user(principal.user, kind="principal"),
+            actor=access.actor(principal.user, "mcp"),
         )
     except lifecycle.CreationKeyConflict as exc:
         raise invalid_params(

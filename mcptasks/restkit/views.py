@@ -194,11 +194,8 @@ def parse[S: Serializer](serializer_class: type[S], request: Request) -> dict[st
 
 
 def actor_of(request: Request, task: Task | None = None) -> Actor:
-    """The audit actor of an API request: ``operator`` when the user acts with operator rights
-    on the task, else ``user`` (dashboard / API)."""
-    user = request.user
-    is_operator = task is not None and bool(access.can(user, Action.FORCE_CANCEL, task))
-    return Actor.for_user(user, kind="operator" if is_operator else "user")
+    """The audit actor of an API request: the one rule of every channel (``access.actor``)."""
+    return access.actor(request.user, "rest", task)
 
 
 def caller_tenant(request: Request, slug: str | None) -> Tenant:

@@ -71,3 +71,27 @@ def test_an_operator_elsewhere_acts_as_a_user_in_a_tenant_where_they_are_not_one
 def test_access_actor_refuses_an_unknown_channel(users: Any) -> None:
     with pytest.raises(ValueError, match="unknown channel"):
         access.actor(users["alice"], "email")
+
+
+@pytest.mark.parametrize(("name", "kind"), [("amy", "user"), ("olga", "operator")])
+def test_a_token_revoke_records_the_same_actor_kind_through_the_dashboard_and_the_rest_api(
+    cast: Any, client_for: Any, name: str, kind: str
+) -> None:
+    """A task-less action (revoking a member's token) names its actor by the same rule on both
+    channels."""
+    tenant = cast["alice"]["tenant"]
+    by_dashboard = ApiToken.issue(user=cast["alice"]["user"], tenant=tenant, name="d")[0]
+    by_rest = ApiToken.issue(user=cast["alice"]["user"], tenant=tenant, name="r")[0]
+    client_for(name).post(
+        reverse("dashboard:token_revoke", args=[by_dashboard.pk]), {"reason": "r"}
+    )
+    api = APIClient()
+    secret = ApiToken.issue(user=cast[name]["user"], tenant=tenant, name="api", scopes=["api"])[1]
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    reply = api.post(f"/api/v1/tokens/{by_rest.pk}/revoke", {"reason": "r"}, format="json")
+    assert reply.status_code == 200, reply.content
+    kinds = {
+        event.data["id"]: event.actor_kind
+        for event in AuditEvent.objects.filter(action="token.revoked")
+    }
+    assert kinds == {by_dashboard.pk: kind, by_rest.pk: kind}

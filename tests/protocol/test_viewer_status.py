@@ -55,6 +55,21 @@ def test_rest_detail_carries_the_viewers_status(viewer: str, asking: Task, api: 
 
 
 @pytest.mark.parametrize("viewer", sorted(EXPECTED))
+def test_rest_list_and_detail_status_fields_are_the_viewers(
+    viewer: str,
+    asking: Task,
+    api: Any,  # noqa: F811
+) -> None:
+    """The REST task summary's ``status`` (list rows and the detail's own field) is the viewer's
+    too, not the raw wire mapping of the state."""
+    rows = ok(api(viewer).get("/api/v1/tasks"))["results"]
+    assert {row["id"]: row["status"] for row in rows}[asking.pk] == EXPECTED[viewer]
+    detail = ok(api(viewer).get(f"/api/v1/tasks/{asking.pk}"))
+    assert detail["status"] == EXPECTED[viewer]
+    assert detail["state"] == TaskState.AWAITING_INPUT
+
+
+@pytest.mark.parametrize("viewer", sorted(EXPECTED))
 def test_dashboard_task_page_shows_the_viewers_mcp_status(
     viewer: str, asking: Task, users: dict[str, Any]
 ) -> None:
