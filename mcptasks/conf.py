@@ -104,9 +104,31 @@ def parse_redis_url(name: str, raw: str) -> tuple[str, int]:
     return base, int(path or 0)
 
 
-def postgres_database(database_url: str) -> dict[str, Any]:
+POOLERS = ("pgbouncer",)
+
+
+def db_pooler() -> str:
+    """``MCPTASKS_DB_POOLER``: the pooler between every process and PostgreSQL — ``""`` (none,
+    also ``none``) or ``pgbouncer`` (PgBouncer in transaction mode, or any pooler that may hand
+    each transaction a different server connection)."""
+    value = env_str("MCPTASKS_DB_POOLER").lower()
+    if value in {"", "none"}:
+        return ""
+    if value not in POOLERS:
+        raise ImproperlyConfigured(
+            f"MCPTASKS_DB_POOLER must be one of none, {', '.join(POOLERS)}; got {value!r}"
+        )
+    return value
+
+
+def postgres_database(database_url: str, pooler: str = "") -> dict[str, Any]:
     """The ``default`` database of ``DATABASE_URL`` (PostgreSQL only), with psycopg's pool
-    unless ``DATABASE_POOL`` is off (``DATABASE_POOL_MIN`` / ``_MAX`` size it)."""
+    unless ``DATABASE_POOL`` is off (``DATABASE_POOL_MIN`` / ``_MAX`` size it).
+
+    Behind a transaction pooler (``pooler``, see ``db_pooler``) nothing may outlive a transaction
+    on its server connection: no server-side prepared statements (psycopg's and its pool's
+    ``prepare_threshold`` None, also Django's default, here stated) and no server-side cursors
+    (``.iterator()`` declares a cursor its later fetches might not find)."""
     import dj_database_url
 
     parsed_db = urlparse(database_url)
@@ -119,14 +141,18 @@ def postgres_database(database_url: str) -> dict[str, Any]:
         db = cast("dict[str, Any]", dj_database_url.parse(database_url, conn_max_age=0))
     except Exception as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is malformed: {exc}") from None
+    options: dict[str, Any] = {}
     if env_bool("DATABASE_POOL", default=True):
-        db["OPTIONS"] = {
-            "pool": {
-                "min_size": env_int("DATABASE_POOL_MIN", 1),
-                "max_size": env_int("DATABASE_POOL_MAX", 20),
-                "timeout": 10,
-            }
+        options["pool"] = {
+            "min_size": env_int("DATABASE_POOL_MIN", 1),
+            "max_size": env_int("DATABASE_POOL_MAX", 20),
+            "timeout": 10,
         }
+    if pooler:
+        options["prepare_threshold"] = None  # the connection's and its pool's connections'
+        db["DISABLE_SERVER_SIDE_CURSORS"] = True
+    if options:
+        db["OPTIONS"] = options
     return db
 
 

@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from mcptasks.conf import (
+    db_pooler,
     env_bool,
     env_int,
     env_json_object,
@@ -117,8 +118,15 @@ ANONYMOUS_USER_NAME = None  # guardian: no anonymous user row
 
 # ---------------------------------------------------------------- database
 # PostgreSQL from DATABASE_URL (DATABASE_POOL, _MIN, _MAX) or SQLite under VAR_DIR (SQLITE_PATH).
+# MCPTASKS_DB_POOLER=pgbouncer: every connection (ORM, its pool, fast tasks/get) keeps nothing
+# beyond a transaction, for PgBouncer in transaction mode (README "Behind PgBouncer").
+MCPTASKS_DB_POOLER = db_pooler()
 DATABASES = {
-    "default": postgres_database(DATABASE_URL) if DATABASE_URL else sqlite_database(VAR_DIR)
+    "default": (
+        postgres_database(DATABASE_URL, MCPTASKS_DB_POOLER)
+        if DATABASE_URL
+        else sqlite_database(VAR_DIR)
+    )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # PostgreSQL role of web, worker and beat: `migrate` (run as the owner) grants it what it may do,
@@ -296,9 +304,11 @@ MCPTASKS_TOKEN_LAST_USED_INTERVAL_S = 60
 # at most this many connections per web process (PostgreSQL; mcptasks/mcp/fast_get.py).
 MCPTASKS_FAST_TASKS_GET = env_bool("MCPTASKS_FAST_TASKS_GET", default=True)
 MCPTASKS_FAST_TASKS_GET_POOL_MAX = env_int("MCPTASKS_FAST_TASKS_GET_POOL_MAX", 4)
-# Server-side prepared statement for it; turn off behind a pooler that cannot keep prepared
-# statements (PgBouncer in transaction mode before 1.21).
-MCPTASKS_FAST_TASKS_GET_PREPARE = env_bool("MCPTASKS_FAST_TASKS_GET_PREPARE", default=True)
+# Server-side prepared statement for it; off by default behind a pooler (PgBouncer keeps them
+# in transaction mode only from 1.21, with max_prepared_statements set).
+MCPTASKS_FAST_TASKS_GET_PREPARE = env_bool(
+    "MCPTASKS_FAST_TASKS_GET_PREPARE", default=not MCPTASKS_DB_POOLER
+)
 MCPTASKS_STREAM_KEEPALIVE_S = float(env_str("MCPTASKS_STREAM_KEEPALIVE_S", "15"))
 # Streams re-read unfinished tasks this often: the channel layer delivers at most once.
 MCPTASKS_STREAM_CATCH_UP_S = float(env_str("MCPTASKS_STREAM_CATCH_UP_S", "5"))

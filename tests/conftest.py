@@ -48,6 +48,8 @@ def _available(name: str) -> str | None:
         if os.environ.get("MCPTASKS_BROWSER_TESTS") != "1":
             return "MCPTASKS_BROWSER_TESTS=1 is not set"
         return None if shutil.which("chromium") else "chromium is not installed"
+    if name == "pgbouncer":
+        return None if shutil.which("pgbouncer") else "the pgbouncer binary is not installed"
     if name == "conformance":
         return (
             None
@@ -57,7 +59,7 @@ def _available(name: str) -> str | None:
     return None
 
 
-SERVICE_MARKERS = ("pg", "redis", "live", "browser", "conformance")
+SERVICE_MARKERS = ("pg", "redis", "live", "browser", "pgbouncer", "conformance")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -93,8 +93,12 @@ class _Pool:
             # Django's adapters (its "context": JSON as text, as the ORM's converters expect)
             # serve async connections as well; its cursor class does not.
             params.pop("cursor_factory", None)
-            # The wire timestamps are UTC ("Z"), like the ORM's.
-            params["options"] = f"{params.get('options', '')} -c TimeZone=UTC".strip()
+            # The wire timestamps are UTC ("Z"), like the ORM's: asked for at connect, or behind
+            # a pooler (PgBouncer refuses the options startup parameter) set once per connection
+            # — TimeZone is one of the parameters PgBouncer tracks and restores per client.
+            configure = _utc if settings.MCPTASKS_DB_POOLER else None
+            if configure is None:
+                params["options"] = f"{params.get('options', '')} -c TimeZone=UTC".strip()
             params["autocommit"] = True  # one statement: no BEGIN/COMMIT round trips
             if settings.MCPTASKS_FAST_TASKS_GET_PREPARE:
                 # The one statement is prepared on each connection once (server-side), so
@@ -106,12 +110,18 @@ class _Pool:
                 kwargs=params,
                 min_size=1,
                 max_size=settings.MCPTASKS_FAST_TASKS_GET_POOL_MAX,
+                configure=configure,
                 timeout=10,
                 open=False,
                 name="mcptasks-fast-get",
             )
             await self.pool.open(wait=False)
         return self.pool
+
+
+async def _utc(connection: Any) -> None:
+    if connection.info.parameter_status("TimeZone") != "UTC":
+        await connection.execute("SET TIME ZONE 'UTC'")
 
 
 _pool = _Pool()
