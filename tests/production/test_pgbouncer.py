@@ -223,6 +223,8 @@ def test_without_the_setting_the_fast_path_cannot_connect_through_pgbouncer(boun
     answers."""
     token = cast["alice"]["token"]
     env = {k: v for k, v in bounced.env.items() if k != "MCPTASKS_DB_POOLER"}
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(bounced.workdir / "prometheus-without-setting")
+    Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir()
     plain = Stack(env=env, workdir=bounced.workdir)
     try:
         web = plain.web("web-without-setting")
