@@ -7,7 +7,8 @@ process that relied on asking for UTC at connect would show it. With ``MCPTASKS_
 pgbouncer`` tasks are created, polled (on the fast ``tasks/get`` path too), completed by the
 worker and cancelled, and every audit chain verifies. Without it the fast path cannot connect
 at all (PgBouncer refuses its ``options`` startup parameter) and every poll waits for its pool
-before the general path answers.
+before the general path answers; with prepared statements turned back on, its statement is
+prepared on one server connection and looked for on another.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ def pgbouncer(workdir: Path, settings_dict: dict[str, Any]) -> Iterator[str]:
         f"auth_type = trust\nauth_file = {workdir / 'users.txt'}\n"
         f"pool_mode = transaction\ndefault_pool_size = {SERVER_POOL_SIZE}\n"
         "max_client_conn = 500\nreserve_pool_size = 0\n"
+        # Idle server connections taken in turn, not the last one used: a client's next
+        # transaction lands on another server connection whenever one is idle.
+        "server_round_robin = 1\n"
     )
     # PgBouncer refuses to run as root; it reads its files first, then becomes postgres.
     as_user = ["-u", "postgres"] if os.geteuid() == 0 else []
@@ -216,22 +220,69 @@ def test_the_fast_tasks_get_path_answers_through_pgbouncer_in_utc(bounced, cast)
     assert "fast tasks/get unavailable" not in bounced.log("web")
 
 
+@contextmanager
+def web_process(bounced: Stack, name: str, **env: str | None) -> Iterator[tuple[Stack, str]]:
+    """One more web process through the same PgBouncer, its environment changed by ``env``
+    (None removes a variable), with a metrics directory of its own."""
+    changed = {**bounced.env, "PROMETHEUS_MULTIPROC_DIR": str(bounced.workdir / f"metrics-{name}")}
+    for key, value in env.items():
+        if value is None:
+            changed.pop(key, None)
+        else:
+            changed[key] = value
+    Path(changed["PROMETHEUS_MULTIPROC_DIR"]).mkdir()
+    stack = Stack(env=changed, workdir=bounced.workdir)
+    try:
+        yield stack, stack.web(name)
+    finally:
+        stack.stop()
+
+
+def completed_task(web: str, token: str) -> str:
+    task_id = create(web, token, "echo_task", {"text": "done"})
+    wait_for(lambda: Task.objects.get(pk=task_id).state == TaskState.COMPLETED, 60, "completion")
+    return task_id
+
+
+def both_server_connections_open(url: str) -> None:
+    """Two transactions at once through PgBouncer: both its server connections are open (and
+    idle after), so its round robin hands consecutive transactions to different ones."""
+    with psycopg.connect(url) as first, psycopg.connect(url) as second:
+        first.execute("SELECT 1")
+        second.execute("SELECT 1")
+
+
+def test_prepared_statements_break_the_fast_path_through_pgbouncer_1_18(bounced, cast):
+    """MCPTASKS_FAST_TASKS_GET_PREPARE=true behind PgBouncer 1.18: a statement prepared on one
+    server connection is missing (or already taken) on the next, so polls fail over to the
+    general path — why the setting turns preparing off by default."""
+    token = cast["alice"]["token"]
+    with web_process(bounced, "web-prepare", MCPTASKS_FAST_TASKS_GET_PREPARE="true") as (
+        stack,
+        web,
+    ):
+        task_id = completed_task(web, token)
+        both_server_connections_open(stack.env["DATABASE_URL"])
+        before = answered(web)
+        replies = [
+            post(web, token, "tasks/get", {"taskId": task_id}, name=task_id) for _ in range(10)
+        ]
+        after = answered(web)
+        assert all(reply["result"]["status"] == "completed" for reply in replies)
+        assert after.get("general", 0) > before.get("general", 0), (after, before)
+        assert re.search(
+            r"prepared statement \S+ (does not exist|already exists)", stack.log("web-prepare")
+        )
+
+
 def test_without_the_setting_the_fast_path_cannot_connect_through_pgbouncer(bounced, cast):
     """The same PgBouncer, a web process without MCPTASKS_DB_POOLER: the ORM works (Django
     prepares nothing), but the fast path's pool asks for TimeZone=UTC in the options startup
     parameter, which PgBouncer refuses — each poll waits out its pool, then the general path
     answers."""
     token = cast["alice"]["token"]
-    env = {k: v for k, v in bounced.env.items() if k != "MCPTASKS_DB_POOLER"}
-    env["PROMETHEUS_MULTIPROC_DIR"] = str(bounced.workdir / "prometheus-without-setting")
-    Path(env["PROMETHEUS_MULTIPROC_DIR"]).mkdir()
-    plain = Stack(env=env, workdir=bounced.workdir)
-    try:
-        web = plain.web("web-without-setting")
-        task_id = create(web, token, "echo_task", {"text": "plain"})
-        wait_for(
-            lambda: Task.objects.get(pk=task_id).state == TaskState.COMPLETED, 60, "completion"
-        )
+    with web_process(bounced, "web-without-setting", MCPTASKS_DB_POOLER=None) as (stack, web):
+        task_id = completed_task(web, token)
         before = answered(web)
         started = time.monotonic()
         reply = post(web, token, "tasks/get", {"taskId": task_id}, name=task_id)
@@ -240,9 +291,7 @@ def test_without_the_setting_the_fast_path_cannot_connect_through_pgbouncer(boun
         assert reply["result"]["status"] == "completed"
         assert after.get("fast", 0) == before.get("fast", 0) == 0
         assert after.get("general", 0) > before.get("general", 0)
-        log = plain.log("web-without-setting")
+        log = stack.log("web-without-setting")
         assert "unsupported startup parameter: options" in log
         assert "fast tasks/get unavailable" in log
         assert elapsed > 5, elapsed  # the fast pool's 10 s timeout, then the general path
-    finally:
-        plain.stop()
