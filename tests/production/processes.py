@@ -51,6 +51,29 @@ def database_url(settings_dict: dict) -> str:
     )
 
 
+def stack_env(workdir: Path, database_url: str, redis_url: str) -> dict[str, str]:
+    """The environment of a stack's processes: this one's, on ``database_url`` and a private
+    ``redis_url`` (broker 0, channels 1, limits 2), short leases and sweeps, metrics and keys
+    under ``workdir``."""
+    metrics_dir = workdir / "prometheus"
+    metrics_dir.mkdir(exist_ok=True)
+    return {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "REDIS_URL": redis_url,
+        "SECRET_KEY": os.environ.get("SECRET_KEY", "stack-test-secret"),
+        "MCPTASKS_REQUEST_STATE_KEY": "stack-test",
+        "MCPTASKS_AUDIT_SIGNING_KEY": "x",
+        "MCPTASKS_VAR_DIR": str(workdir),
+        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+        "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
+        "MCPTASKS_LEASE_S": "3",
+        "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
+        "SECURE_SSL_REDIRECT": "false",
+        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+    }
+
+
 @dataclass
 class Stack:
     env: dict[str, str]
@@ -142,3 +165,20 @@ class Stack:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+@contextmanager
+def running_stack(
+    env: dict[str, str], workdir: Path, webs: tuple[str, ...], workers: tuple[str, ...]
+) -> Iterator[Stack]:
+    """The web processes and Celery workers named, and beat; all stopped after."""
+    stack = Stack(env=env, workdir=workdir)
+    try:
+        for name in webs:
+            stack.web(name)
+        for name in workers:
+            stack.worker(name)
+        stack.beat()
+        yield stack
+    finally:
+        stack.stop()

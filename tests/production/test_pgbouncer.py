@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -31,7 +30,16 @@ from django.db import connection
 from audit.models import AuditEvent
 from mcptasks.models import Task, TaskState
 from tests.faults.harness import wait_for
-from tests.production.processes import BIN, REPO, Stack, free_port, private_redis
+from tests.live.conftest import stop
+from tests.production.processes import (
+    BIN,
+    REPO,
+    Stack,
+    free_port,
+    private_redis,
+    running_stack,
+    stack_env,
+)
 from tests.production.test_scale_out import create, post, wait_terminal
 
 pytestmark = [
@@ -95,35 +103,8 @@ def pgbouncer(workdir: Path, settings_dict: dict[str, Any]) -> Iterator[str]:
                 time.sleep(0.1)
         yield url
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+        stop(process)
         log.close()
-
-
-def stack_env(tmp_path: Path, database_url: str, redis_url: str) -> dict[str, str]:
-    metrics_dir = tmp_path / "prometheus"
-    metrics_dir.mkdir(exist_ok=True)
-    return {
-        **os.environ,
-        "DATABASE_URL": database_url,
-        "MCPTASKS_DB_POOLER": "pgbouncer",
-        "REDIS_URL": redis_url,
-        "SECRET_KEY": os.environ.get("SECRET_KEY", "pgbouncer-test-secret"),
-        "MCPTASKS_REQUEST_STATE_KEY": "pgbouncer-test",
-        "MCPTASKS_AUDIT_SIGNING_KEY": "x",
-        "MCPTASKS_VAR_DIR": str(tmp_path),
-        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
-        "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
-        "MCPTASKS_LEASE_S": "3",
-        "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
-        "SECURE_SSL_REDIRECT": "false",
-        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-    }
 
 
 @pytest.fixture(scope="module")
@@ -134,15 +115,9 @@ def bounced(tmp_path_factory, django_db_setup) -> Iterator[Stack]:
         private_redis(tmp_path) as redis,
         pgbouncer(tmp_path, connection.settings_dict) as url,
     ):
-        stack = Stack(env=stack_env(tmp_path, url, redis.url(0)), workdir=tmp_path)
-        try:
-            stack.web("web")
-            stack.worker("worker1")
-            stack.worker("worker2")
-            stack.beat()
+        env = {**stack_env(tmp_path, url, redis.url(0)), "MCPTASKS_DB_POOLER": "pgbouncer"}
+        with running_stack(env, tmp_path, ("web",), ("worker1", "worker2")) as stack:
             yield stack
-        finally:
-            stack.stop()
 
 
 def answered(url: str) -> dict[str, float]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import time
 
@@ -14,7 +13,7 @@ import pytest
 from django.db import connection
 
 from mcptasks.models import Task, TaskState
-from tests.production.processes import Stack, database_url, private_redis
+from tests.production.processes import database_url, private_redis, running_stack, stack_env
 from tests.protocol.conftest import TASK_CAPS, VERSION
 
 pytestmark = [
@@ -37,33 +36,9 @@ def stack(tmp_path_factory, django_db_setup):
 
 
 def _stack(tmp_path, redis_url):
-    metrics_dir = tmp_path / "prometheus"
-    metrics_dir.mkdir()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(connection.settings_dict),
-        "REDIS_URL": redis_url,  # a private redis-server: broker 0, channels 1, limits 2
-        "SECRET_KEY": os.environ.get("SECRET_KEY", "scale-out-test-secret"),
-        "MCPTASKS_REQUEST_STATE_KEY": "scale-out-test",
-        "MCPTASKS_AUDIT_SIGNING_KEY": "x",
-        "MCPTASKS_VAR_DIR": str(tmp_path),
-        "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
-        "MCPTASKS_TOOL_PACKS": "mcptasks.tools.demo,tests.toolpack",
-        "MCPTASKS_LEASE_S": "3",
-        "MCPTASKS_SWEEP_INTERVAL_S": "0.5",
-        "SECURE_SSL_REDIRECT": "false",
-        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-    }
-    stack = Stack(env=env, workdir=tmp_path)
-    try:
-        stack.web("web1")
-        stack.web("web2")
-        stack.worker("worker1")
-        stack.worker("worker2")
-        stack.beat()
+    env = stack_env(tmp_path, database_url(connection.settings_dict), redis_url)
+    with running_stack(env, tmp_path, ("web1", "web2"), ("worker1", "worker2")) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 def post(
