@@ -14,7 +14,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from audit.record import Actor
-from mcptasks import failures, search, tracing
+from mcptasks import events, failures, search, tracing
 from mcptasks.canonical import digest
 from mcptasks.lifecycle._core import (
     LifecycleError,
@@ -22,7 +22,6 @@ from mcptasks.lifecycle._core import (
     S,
     TaskNotFound,
     _audit,
-    _changed,
     _run_on_commit,
 )
 from mcptasks.models import ACTIVE_STATES, Audience, InputRequest, InputState, Task, Tenant
@@ -124,7 +123,10 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
                 },
                 sensitive_keys=spec.sensitive_keys,
             )
-            _changed(task)
+            # The tenant's group only: the task's own has no subscriber before its id is answered.
+            events.broadcast_on_commit(
+                task_id=task.pk, tenant_id=task.tenant_id, version=task.version, task_group=False
+            )
             _run_on_commit(task)
     except IntegrityError:
         if not spec.creation_key:

@@ -1,0 +1,58 @@
+"""What one task creation sends (issue 23): only what a fresh task needs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from mcptasks import events
+from mcptasks.models import Task
+
+pytestmark = pytest.mark.django_db
+
+
+def test_creation_broadcasts_to_the_tenant_group_only(
+    make_task: Callable[..., Task],
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    sent: list[tuple[str, int, int, bool]] = []
+    monkeypatch.setattr(
+        events,
+        "broadcast",
+        lambda task_id, tenant_id, version, *, task_group=True: sent.append(
+            (task_id, tenant_id, version, task_group)
+        ),
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        task = make_task()
+    assert sent == [(task.pk, task.tenant_id, task.version, False)]
+
+
+class _Layer:
+    def __init__(self) -> None:
+        self.groups: list[str] = []
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        self.groups.append(group)
+
+
+@pytest.mark.parametrize(
+    ("task_group", "groups"), [(True, ["task.t1", "tenant.7"]), (False, ["tenant.7"])]
+)
+def test_a_broadcast_without_the_task_group_sends_to_the_tenant_group_only(
+    monkeypatch: pytest.MonkeyPatch, task_group: bool, groups: list[str]
+) -> None:
+    layer = _Layer()
+    monkeypatch.setattr(events, "get_channel_layer", lambda: layer)
+    loop = asyncio.new_event_loop()
+    monkeypatch.setattr(events, "_sender_loop", lambda: loop)
+    try:
+        events.broadcast("t1", 7, 1, task_group=task_group)
+        loop.run_until_complete(asyncio.sleep(0.01))
+    finally:
+        loop.close()
+    assert layer.groups == groups
