@@ -7,8 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from mcptasks import events
+from audit.record import Actor
+from mcptasks import events, lifecycle
 from mcptasks.models import Task
 
 pytestmark = pytest.mark.django_db
@@ -56,3 +59,34 @@ def test_a_broadcast_without_the_task_group_sends_to_the_tenant_group_only(
     finally:
         loop.close()
     assert layer.groups == groups
+
+
+def test_active_task_limits_are_counted_no_further_than_each_limit(
+    make_task: Callable[..., Task], settings: Any
+) -> None:
+    settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL = 2
+    make_task()
+    make_task()
+    with CaptureQueriesContext(connection) as queries, pytest.raises(lifecycle.LimitExceeded):
+        make_task()
+    [count] = queries.captured_queries
+    assert count["sql"].count("LIMIT 2") == 1  # the principal's count stops at its limit
+    assert "LIMIT 1000" in count["sql"]  # the tenant's at its own
+
+
+def test_creation_with_the_principals_tenant_does_not_read_it_again(
+    cast: dict[str, dict[str, Any]],
+) -> None:
+    entry = cast["alice"]
+    spec = lifecycle.NewTask(
+        tenant_id=entry["tenant"].pk,
+        principal_id=entry["user"].pk,
+        tool_name="echo_task",
+        arguments={},
+        policy_revision="test",
+        tenant=entry["tenant"],
+    )
+    with CaptureQueriesContext(connection) as queries:
+        task, _ = lifecycle.task_create(spec=spec, actor=Actor.system("test"))
+    assert task.tenant is entry["tenant"]
+    assert not [q for q in queries.captured_queries if 'FROM "mcptasks_tenant"' in q["sql"]]
