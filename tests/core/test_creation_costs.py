@@ -9,10 +9,12 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from audit.record import Actor
 from mcptasks import events, lifecycle
-from mcptasks.models import Task
+from mcptasks.auth import AuthError, authenticate_bearer
+from mcptasks.models import ApiToken, Membership, Task
 
 pytestmark = pytest.mark.django_db
 
@@ -90,3 +92,23 @@ def test_creation_with_the_principals_tenant_does_not_read_it_again(
         task, _ = lifecycle.task_create(spec=spec, actor=Actor.system("test"))
     assert task.tenant is entry["tenant"]
     assert not [q for q in queries.captured_queries if 'FROM "mcptasks_tenant"' in q["sql"]]
+
+
+def test_a_bearer_token_is_authenticated_by_one_statement_with_its_membership(
+    cast: dict[str, dict[str, Any]],
+) -> None:
+    entry = cast["alice"]
+    ApiToken.objects.filter(user=entry["user"]).update(last_used_at=timezone.now())  # no touch
+    with CaptureQueriesContext(connection) as queries:
+        principal = authenticate_bearer(f"Bearer {entry['token']}")
+    assert (principal.user.pk, principal.tenant.pk) == (entry["user"].pk, entry["tenant"].pk)
+    assert len(queries.captured_queries) == 1
+
+
+def test_a_token_whose_owner_left_its_tenant_is_refused(cast: dict[str, dict[str, Any]]) -> None:
+    entry = cast["alice"]
+    Membership.objects.filter(user=entry["user"], tenant=entry["tenant"]).delete()
+    with pytest.raises(AuthError) as refused:
+        authenticate_bearer(f"Bearer {entry['token']}")
+    assert refused.value.status == 401
+    assert "no longer a member" in refused.value.description
