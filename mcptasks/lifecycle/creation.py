@@ -206,7 +206,7 @@ def _check_active_limits(spec: NewTask) -> Tenant:
     by_principal = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL
     by_tenant = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT
     states = sorted(str(state.value) for state in ACTIVE_STATES)
-    params = [spec.principal_id, *states, max(by_principal, 0)]
+    params: list[int | str] = [spec.principal_id, *states, max(by_principal, 0)]
     params += [spec.tenant_id, *states, max(by_tenant, 0)]
     with connection.cursor() as cursor:
         cursor.execute(_active_counts_sql(), params)
