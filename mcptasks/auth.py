@@ -13,7 +13,6 @@ from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
 from django.db.models.base import ModelState
 
-from mcptasks import access
 from mcptasks.models import ApiToken, Membership, Role, Task, Tenant, scope_covers
 from mcptasks.oauth import JwtRejected, jwt_configured, validate_jwt
 
@@ -58,23 +57,31 @@ def authenticate_bearer(authorization: str | None, *, scope: str = MCP_SCOPE) ->
             return _principal_from_jwt(credential.strip(), scope)
         raise AuthError(401, "invalid_token", "The token is malformed")
     lookup, secret = parts
-    token = _load_token(lookup)
-    if token is None:
+    row = _load_token_row(lookup)
+    if row is None:
         raise AuthError(401, "invalid_token", "The token is invalid")
-    verify_token(token, secret, scope)
-    if not access.holds_membership(token.user, token.tenant_id):
+    token = row.token
+    verify_token(token, secret, scope)  # the user is active
+    if not row.member:  # read in the token's own row, no second statement
         raise AuthError(401, "invalid_token", NOT_A_MEMBER)
     token.touch()
     return Principal(user=token.user, tenant=token.tenant, token=token)
 
 
-def _load_token(lookup: str) -> ApiToken | None:
-    """The token with its user and tenant (:func:`token_row_plan`), by its lookup."""
+def _load_token_row(lookup: str) -> TokenRow | None:
+    """The token with its user and tenant and whether its owner is a member of that tenant
+    (:func:`token_row_plan`), by its lookup: one statement."""
     plan = token_row_plan(connection.alias)
     with connection.cursor() as cursor:
         cursor.execute(plan.statement, plan.params(lookup))
         row = cursor.fetchone()
-    return None if row is None else plan.objects(row).token
+    return None if row is None else plan.objects(row)
+
+
+def _load_token(lookup: str) -> ApiToken | None:
+    """The token with its user and tenant, by its lookup."""
+    row = _load_token_row(lookup)
+    return None if row is None else row.token
 
 
 Part = tuple[Any, tuple[str, ...], list[tuple[int, Any]]]
@@ -82,9 +89,9 @@ Part = tuple[Any, tuple[str, ...], list[tuple[int, Any]]]
 
 @dataclass(frozen=True)
 class TokenRow:
-    """A token row as objects: the token (its ``user`` and ``tenant`` set); with a task joined,
-    whether the token's owner is a member of the token's tenant and their task (None when the
-    id names no task of theirs there)."""
+    """A token row as objects: the token (its ``user`` and ``tenant`` set), whether the token's
+    owner is a member of the token's tenant, and with a task joined their task (None when the id
+    names no task of theirs there)."""
 
     token: ApiToken
     member: bool = False
@@ -95,8 +102,9 @@ class TokenRow:
 class TokenRowPlan:
     """The one statement that loads a token with its principal and tenant — what
     ``ApiToken.objects.select_related("user", "tenant").filter(lookup=...)`` loads, without
-    compiling that query per request — and how its row becomes objects. The fast ``tasks/get``
-    (mcptasks/mcp/fast_get.py) joins the owner's membership and task to the same row."""
+    compiling that query per request — with the owner's membership of the token's tenant, and
+    how its row becomes objects. The fast ``tasks/get`` (mcptasks/mcp/fast_get.py) joins the
+    owner's task to the same row."""
 
     statement: str
     parts: tuple[Part, ...]  # token, user, tenant[, task]: model, attnames, converters
@@ -116,11 +124,12 @@ class TokenRowPlan:
             start += len(part[1])
         token, user, tenant = loaded
         token.user, token.tenant = user, tenant
+        member = bool(row[start])
         if not self.joins_task:
-            return TokenRow(token)
+            return TokenRow(token, member=member)
         values = row[start + 1 :]
         task = None if values[0] is None else self._instance(self.parts[3], values)
-        return TokenRow(token, member=bool(row[start]), task=task)
+        return TokenRow(token, member=member, task=task)
 
     def _instance(self, part: Part, values: Sequence[Any]) -> Any:
         """What ``model.from_db`` builds from these columns (any others deferred), with the
@@ -149,8 +158,9 @@ class RowFields:
 
 @functools.cache
 def token_row_plan(alias: str, fields: RowFields = RowFields()) -> TokenRowPlan:
-    """The plan on database ``alias``; with ``fields.task``, the token owner's membership of
-    its tenant and those fields of their own task there (bound first: ``plan.params``)."""
+    """The plan on database ``alias``: the token, its owner, its tenant and whether the owner is
+    a member of that tenant; with ``fields.task``, those fields of their own task there (bound
+    first: ``plan.params``)."""
     db = connections[alias]
     user_model = get_user_model()
     columns: list[str] = []
@@ -162,13 +172,13 @@ def token_row_plan(alias: str, fields: RowFields = RowFields()) -> TokenRowPlan:
     ]
     for model, alias_, names in tables:
         columns += _part(db, model, alias_, names, parts)
+    # Is the token's owner still a member of its tenant (a token acts only while they are)?
+    columns.append(
+        f'EXISTS (SELECT 1 FROM "{Membership._meta.db_table}" m '  # noqa: S608
+        f'WHERE m."user_id" = t."user_id" AND m."tenant_id" = t."tenant_id")'
+    )
     joins = ""
     if fields.task:
-        # Is the token's owner still a member of its tenant (a token acts only while they are)?
-        columns.append(
-            f'EXISTS (SELECT 1 FROM "{Membership._meta.db_table}" m '  # noqa: S608
-            f'WHERE m."user_id" = t."user_id" AND m."tenant_id" = t."tenant_id")'
-        )
         columns += _part(db, Task, "k", fields.task, parts)
         # Only the token owner's own task in the token's tenant is read: a foreign task's row
         # is never fetched, so "not yours" and "not there" cost this statement the same.

@@ -71,8 +71,10 @@ def _sender_loop() -> asyncio.AbstractEventLoop:
     return _sender
 
 
-def broadcast(task_id: str, tenant_id: int, version: int) -> None:
-    """Send ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` now."""
+def broadcast(task_id: str, tenant_id: int, version: int, *, task_group: bool = True) -> None:
+    """Send ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` now; with
+    ``task_group`` False to ``tenant.<id>`` only (a task just created: nobody can have
+    subscribed to its own group before its id was answered)."""
     layer = get_channel_layer()
     if layer is None:
         return
@@ -83,8 +85,11 @@ def broadcast(task_id: str, tenant_id: int, version: int) -> None:
         "version": version,
     }
 
+    groups = [f"task.{task_id}"] if task_group else []
+    groups.append(f"tenant.{tenant_id}")
+
     async def send_all() -> None:
-        for group in (f"task.{task_id}", f"tenant.{tenant_id}"):
+        for group in groups:
             await layer.group_send(group, message)
 
     try:
@@ -110,6 +115,9 @@ def broadcast(task_id: str, tenant_id: int, version: int) -> None:
         log.warning("broadcast failed", exc_info=True, extra={"task_id": task_id})
 
 
-def broadcast_on_commit(*, task_id: str, tenant_id: int, version: int) -> None:
-    """Announce ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` after commit."""
-    transaction.on_commit(lambda: broadcast(task_id, tenant_id, version))
+def broadcast_on_commit(
+    *, task_id: str, tenant_id: int, version: int, task_group: bool = True
+) -> None:
+    """Announce ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` after commit
+    (``task_group`` as for :func:`broadcast`)."""
+    transaction.on_commit(lambda: broadcast(task_id, tenant_id, version, task_group=task_group))

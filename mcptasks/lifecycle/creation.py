@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
-from django.db.models import Count, Subquery
-from django.db.models.functions import Coalesce
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from audit.record import Actor
-from mcptasks import failures, search, tracing
+from mcptasks import events, failures, search, tracing
 from mcptasks.canonical import digest
 from mcptasks.lifecycle._core import (
     LifecycleError,
@@ -22,7 +21,6 @@ from mcptasks.lifecycle._core import (
     S,
     TaskNotFound,
     _audit,
-    _changed,
     _run_on_commit,
 )
 from mcptasks.models import ACTIVE_STATES, Audience, InputRequest, InputState, Task, Tenant
@@ -55,6 +53,9 @@ class NewTask:
     sensitive_keys: frozenset[str] = frozenset()
     answered_inputs: list[AnsweredInput] = field(default_factory=list)
     correlation_id: str = ""
+    # The tenant row when the caller already holds it (the authenticated principal's): saves
+    # its read at creation.
+    tenant: Tenant | None = None
 
 
 def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
@@ -124,7 +125,10 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
                 },
                 sensitive_keys=spec.sensitive_keys,
             )
-            _changed(task)
+            # The tenant's group only: the task's own has no subscriber before its id is answered.
+            events.broadcast_on_commit(
+                task_id=task.pk, tenant_id=task.tenant_id, version=task.version, task_group=False
+            )
             _run_on_commit(task)
     except IntegrityError:
         if not spec.creation_key:
@@ -176,41 +180,51 @@ def _existing_for_key(spec: NewTask, now: datetime) -> Task | None:
     return existing
 
 
-def _active_count(**where: Any) -> Coalesce:
-    """A subquery counting the active (non-terminal) tasks that match ``where``."""
-    rows = (
-        Task.objects.filter(state__in=ACTIVE_STATES, **where)
-        .order_by()
-        .values(*where)
-        .annotate(active=Count("pk"))
-        .values("active")
-    )
-    return Coalesce(Subquery(rows), 0)
+@functools.cache
+def _active_counts_sql() -> str:
+    """Both active-task counts, each stopping at its limit (bound parameters: principal, its
+    limit, tenant, its limit, then the active states twice): the cost of a creation never grows
+    with the tasks a principal or tenant already has active. Built once per process."""
+    table = connection.ops.quote_name(Task._meta.db_table)
+    states = ", ".join(["%s"] * len(ACTIVE_STATES))
+
+    def bounded(column: str) -> str:
+        return (
+            f"(SELECT COUNT(*) FROM (SELECT 1 FROM {table} "  # noqa: S608 - identifiers only
+            f'WHERE "{column}" = %s AND "state" IN ({states}) LIMIT %s) active)'
+        )
+
+    return f"SELECT {bounded('principal_id')}, {bounded('tenant_id')}"
 
 
 def _check_active_limits(spec: NewTask) -> Tenant:
-    """Active (non-terminal) tasks per principal and per tenant. Checked by count at creation,
-    so concurrent creations may overshoot by at most the number of requests in flight.
+    """Active (non-terminal) tasks per principal and per tenant. Checked by a count bounded by
+    each limit at creation, so concurrent creations may overshoot by at most the number of
+    requests in flight.
 
-    Returns the task's tenant, read in the same query as both counts."""
-    tenant = Tenant.objects.annotate(
-        active_of_principal=_active_count(principal_id=spec.principal_id),
-        active_of_tenant=_active_count(tenant_id=spec.tenant_id),
-    ).get(pk=spec.tenant_id)
-    limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL
-    if tenant.active_of_principal >= limit:
+    Returns the task's tenant (``spec.tenant`` when the caller has it, else read)."""
+    by_principal = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL
+    by_tenant = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT
+    states = sorted(str(state.value) for state in ACTIVE_STATES)
+    params: list[int | str] = [spec.principal_id, *states, max(by_principal, 0)]
+    params += [spec.tenant_id, *states, max(by_tenant, 0)]
+    with connection.cursor() as cursor:
+        cursor.execute(_active_counts_sql(), params)
+        active_of_principal, active_of_tenant = cursor.fetchone()
+    if active_of_principal >= by_principal:
         raise LimitExceeded(
-            f"Too many active tasks for this principal: the limit is {limit} "
+            f"Too many active tasks for this principal: the limit is {by_principal} "
             "(MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL); wait for some to finish "
             "or cancel them"
         )
-    limit = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT
-    if tenant.active_of_tenant >= limit:
+    if active_of_tenant >= by_tenant:
         raise LimitExceeded(
-            f"Too many active tasks for this tenant: the limit is {limit} "
+            f"Too many active tasks for this tenant: the limit is {by_tenant} "
             "(MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT)"
         )
-    return tenant
+    if spec.tenant is not None and spec.tenant.pk == spec.tenant_id:
+        return spec.tenant
+    return Tenant.objects.get(pk=spec.tenant_id)
 
 
 def task_retry(*, task_id: str, actor: Actor, reason: str = "") -> Task:
@@ -238,6 +252,7 @@ def task_retry(*, task_id: str, actor: Actor, reason: str = "") -> Task:
                 poll_interval_ms=failed.poll_interval_ms,
                 client_capabilities=failed.client_capabilities,
                 correlation_id=failed.correlation_id,
+                tenant=failed.tenant,
             ),
             actor=actor,
         )

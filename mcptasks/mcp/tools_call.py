@@ -252,6 +252,7 @@ def _create_task(
                 creation_key=creation_key,
                 sensitive_keys=tool_def.sensitive,
                 answered_inputs=answered,
+                tenant=principal.tenant,
             ),
             actor=access.actor(principal.user, "mcp"),
         )
