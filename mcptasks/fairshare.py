@@ -7,11 +7,15 @@ changes nothing: the task stays ``queued`` (the row is the truth), the worker sl
 once for the next message, and the task is delivered again when its tenant has room — by the
 worker whose run ended at the cap (:func:`dispatch_ready`) or by the redelivery sweep, which
 picks queued tasks round-robin across tenants (:func:`fair_queued_ids`) and skips those at
-their cap. So a
+their cap. Only a run whose claim filled a cap looks for such a task when it ends (below the
+caps no claim was refused for room it could free; one refused after a later claim filled the
+cap is delivered when that run ends, or by the sweep). So a
 flood from one tenant never holds every worker, and queued work never holds one either.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -33,8 +37,24 @@ def caps(tenant: Tenant) -> tuple[int, int]:
     )
 
 
+@dataclass(frozen=True)
+class Room:
+    """What a claim found under the locks: why it may not proceed (a cap is reached), or
+    None; and whether taking the task leaves its tenant or principal at a cap — then the run's
+    end may free the slot a refused claim waits for (:func:`dispatch_ready`)."""
+
+    refusal: str | None = None
+    fills_cap: bool = False
+
+
 def claim_refusal(task_id: str) -> str | None:
-    """Why a queued task may not be claimed now (a cap is reached), or None.
+    """Why a queued task may not be claimed now (a cap is reached), or None (see
+    :func:`claim_room`)."""
+    return claim_room(task_id).refusal
+
+
+def claim_room(task_id: str) -> Room:
+    """Whether a queued task may be claimed now, and whether its claim fills a cap.
 
     Call inside the claim's transaction: it locks the tenant row and the principal's row, so
     two workers claiming for the same tenant count one after the other. ``FOR NO KEY UPDATE``:
@@ -46,11 +66,11 @@ def claim_refusal(task_id: str) -> str | None:
         .first()
     )
     if row is None:
-        return None  # the claim itself refuses it
+        return Room()  # the claim itself refuses it
     tenant = Tenant.objects.select_for_update(no_key=True).get(pk=row["tenant_id"])
     tenant_cap, principal_cap = caps(tenant)
     if not tenant_cap and not principal_cap:
-        return None
+        return Room()
     if principal_cap:
         list(
             get_user_model()
@@ -62,11 +82,19 @@ def claim_refusal(task_id: str) -> str | None:
         tenant=Count("pk", filter=Q(tenant_id=row["tenant_id"])),
         principal=Count("pk", filter=Q(principal_id=row["principal_id"])),
     )
-    if tenant_cap and running["tenant"] >= tenant_cap:
-        return f"tenant {tenant.slug} runs {running['tenant']} tasks (cap {tenant_cap})"
-    if principal_cap and running["principal"] >= principal_cap:
-        return f"principal runs {running['principal']} tasks (cap {principal_cap})"
-    return None
+    return _room(tenant.slug, (tenant_cap, principal_cap), running["tenant"], running["principal"])
+
+
+def _room(slug: str, limits: tuple[int, int], tenant_running: int, principal_running: int) -> Room:
+    tenant_cap, principal_cap = limits
+    if tenant_cap and tenant_running >= tenant_cap:
+        return Room(f"tenant {slug} runs {tenant_running} tasks (cap {tenant_cap})")
+    if principal_cap and principal_running >= principal_cap:
+        return Room(f"principal runs {principal_running} tasks (cap {principal_cap})")
+    return Room(
+        fills_cap=bool(tenant_cap and tenant_running + 1 >= tenant_cap)
+        or bool(principal_cap and principal_running + 1 >= principal_cap)
+    )
 
 
 def fair_queued_ids(limit: int, *, updated_before: object = None) -> list[str]:
