@@ -15,10 +15,12 @@ flood from one tenant never holds every worker, and queued work never holds one 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.db.models import Count, F, Q, Window
 from django.db.models.functions import RowNumber
 
@@ -27,8 +29,11 @@ from mcptasks.models import Task, TaskState, Tenant
 
 def caps(tenant: Tenant) -> tuple[int, int]:
     """``(tenant cap, principal cap)`` on running tasks; 0 means no cap."""
-    tenant_cap = tenant.max_running_tasks
-    principal_cap = tenant.max_running_tasks_per_principal
+    return _caps(tenant.max_running_tasks, tenant.max_running_tasks_per_principal)
+
+
+def _caps(tenant_cap: int | None, principal_cap: int | None) -> tuple[int, int]:
+    """The caps from a tenant's two fields (None: the setting)."""
     return (
         settings.MCPTASKS_MAX_RUNNING_TASKS_PER_TENANT if tenant_cap is None else tenant_cap,
         settings.MCPTASKS_MAX_RUNNING_TASKS_PER_PRINCIPAL
@@ -56,33 +61,41 @@ def claim_refusal(task_id: str) -> str | None:
 def claim_room(task_id: str) -> Room:
     """Whether a queued task may be claimed now, and whether its claim fills a cap.
 
-    Call inside the claim's transaction: it locks the tenant row and the principal's row, so
-    two workers claiming for the same tenant count one after the other. ``FOR NO KEY UPDATE``:
+    Call inside the claim's transaction: the statement that reads the tenant's caps locks the
+    tenant's row and the principal's, so two workers claiming for the same tenant count one
+    after the other (the principal's is locked with it, capped or not: one statement less
+    than locking it apart). ``FOR NO KEY UPDATE``:
     creating a task takes ``FOR KEY SHARE`` on both rows (its foreign keys) and must not wait
     for, or deadlock with, a claim."""
-    row = (
-        Task.objects.filter(pk=task_id, state=TaskState.QUEUED)
-        .values("tenant_id", "principal_id")
-        .first()
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_lock_statement(), [task_id, TaskState.QUEUED])
+        row = cursor.fetchone()
     if row is None:
         return Room()  # the claim itself refuses it
-    tenant = Tenant.objects.select_for_update(no_key=True).get(pk=row["tenant_id"])
-    tenant_cap, principal_cap = caps(tenant)
+    tenant_id, principal_id, slug, tenant_field, principal_field = row
+    tenant_cap, principal_cap = _caps(tenant_field, principal_field)
     if not tenant_cap and not principal_cap:
         return Room()
-    if principal_cap:
-        list(
-            get_user_model()
-            .objects.select_for_update(no_key=True)
-            .filter(pk=row["principal_id"])
-            .values_list("pk", flat=True)
-        )
     running = Task.objects.filter(state=TaskState.RUNNING).aggregate(
-        tenant=Count("pk", filter=Q(tenant_id=row["tenant_id"])),
-        principal=Count("pk", filter=Q(principal_id=row["principal_id"])),
+        tenant=Count("pk", filter=Q(tenant_id=tenant_id)),
+        principal=Count("pk", filter=Q(principal_id=principal_id)),
     )
-    return _room(tenant.slug, (tenant_cap, principal_cap), running["tenant"], running["principal"])
+    return _room(slug, (tenant_cap, principal_cap), running["tenant"], running["principal"])
+
+
+@functools.cache
+def _claim_lock_statement() -> str:
+    """The queued task's tenant and principal, and the tenant's caps, with both rows locked
+    (one statement; where the database has no row locks, as SQLite, a plain read)."""
+    user = get_user_model()._meta
+    lock = " FOR NO KEY UPDATE OF n, u" if connection.features.has_select_for_update_of else ""
+    return (
+        "SELECT t.tenant_id, t.principal_id, n.slug, n.max_running_tasks, "  # noqa: S608 - names from the models
+        f"n.max_running_tasks_per_principal FROM {Task._meta.db_table} t "
+        f"JOIN {Tenant._meta.db_table} n ON n.id = t.tenant_id "
+        f"JOIN {user.db_table} u ON u.{user.pk.column} = t.principal_id "  # type: ignore[union-attr]
+        f"WHERE t.id = %s AND t.state = %s{lock}"
+    )
 
 
 def _room(slug: str, limits: tuple[int, int], tenant_running: int, principal_running: int) -> Room:
