@@ -246,7 +246,7 @@ def _update_returning(task_id: str, rows: QuerySet[Task], values: dict[str, Any]
 
 
 @dataclass(frozen=True)
-class _RowPlan:
+class RowPlan:
     """How one model's instance is built from its columns in a raw row: the ORM's converters
     of each field (the backend's, then the field's), without a pass through ``__init__``."""
 
@@ -256,7 +256,8 @@ class _RowPlan:
     converters: tuple[tuple[int, tuple[Any, ...], Any], ...]  # (index, chain, column)
 
     @classmethod
-    def of(cls, model: Any, table: str) -> _RowPlan:
+    def of(cls, model: Any, table: str) -> RowPlan:
+        """The plan of all ``model``'s fields, its columns named by ``table`` (quoted)."""
         fields = model._meta.concrete_fields
         converters = []
         for index, field in enumerate(fields):
@@ -280,8 +281,8 @@ class _RowPlan:
 
 
 @functools.cache
-def _returning_plans() -> tuple[_RowPlan, _RowPlan]:
-    return _RowPlan.of(Task, f'"{Task._meta.db_table}"'), _RowPlan.of(Tenant, "n")
+def _returning_plans() -> tuple[RowPlan, RowPlan]:
+    return RowPlan.of(Task, f'"{Task._meta.db_table}"'), RowPlan.of(Tenant, "n")
 
 
 def _remember_leaving_lease(task_id: str) -> None:
