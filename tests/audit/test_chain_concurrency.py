@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -119,7 +120,7 @@ def test_concurrent_writers_of_one_chain_never_fork_it(cast: dict[str, Any]) -> 
     )
     assert [r["seq"] for r in rows] == list(range(1, len(rows) + 1))
     assert len(rows) >= writers * events_each
-    for before, after in zip(rows, rows[1:], strict=False):
+    for before, after in itertools.pairwise(rows):
         assert after["prev_hash"] == before["hash"]
     head = ChainHead.objects.get(chain=chain)
     assert (head.seq, head.hash) == (rows[-1]["seq"], rows[-1]["hash"])
