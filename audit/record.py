@@ -59,43 +59,47 @@ def record(
     payload = redact(
         data or {}, sensitive_keys=sensitive_keys, max_bytes=settings.MCPTASKS_AUDIT_MAX_DATA_BYTES
     )
+    fields = {
+        "chain": chain,
+        "tenant_id": tenant_id,
+        "actor_kind": actor.kind,
+        "actor_id": str(actor.user_id or ""),
+        "actor_display": actor.display,
+        "action": action,
+        "task_id": task_id,
+        "data": payload,
+        "request_id": request_id if request_id is not None else current_request_id.get(),
+    }
     # No savepoint: an event that cannot be written must undo the change it records, so a
     # failure here dooms the enclosing transaction (and two round trips are saved).
     with transaction.atomic(savepoint=False):
+        known = _heads.get(chain) if connection.vendor == "postgresql" else None
+        if known is not None:
+            # The head this process last wrote or read: linked to it and written only if it is
+            # still the head (compare and set). One statement; on a miss, the locked read.
+            event = _linked(fields, *known)
+            if _append(event, expected=known):
+                _heads[chain] = (event.seq, event.hash)
+                return event
         head = _locked_head(chain)
-        now = timezone.now()
-        seq = head.seq + 1
-        body = event_body(
-            chain=chain,
-            seq=seq,
-            created_at=now.isoformat(),
-            tenant_id=tenant_id,
-            actor_kind=actor.kind,
-            actor_id=str(actor.user_id or ""),
-            actor_display=actor.display,
-            action=action,
-            task_id=task_id,
-            data=payload,
-            request_id=request_id if request_id is not None else current_request_id.get(),
-        )
-        digest = link_hash(head.hash, body)
-        event = AuditEvent(
-            chain=chain,
-            seq=seq,
-            created_at=now,
-            tenant_id=tenant_id,
-            actor_kind=body["actor_kind"],
-            actor_id=body["actor_id"],
-            actor_display=body["actor_display"],
-            action=action,
-            task_id=task_id,
-            data=payload,
-            request_id=body["request_id"],
-            prev_hash=head.hash,
-            hash=digest,
-        )
+        event = _linked(fields, head.seq, head.hash)
         _append(event)
+        _heads[chain] = (event.seq, event.hash)
     return event
+
+
+# chain -> (seq, hash) of its head as this process last saw it: a guess, checked by the write.
+_heads: dict[str, tuple[int, str]] = {}
+
+
+def _linked(fields: dict[str, Any], seq: int, prev_hash: str) -> AuditEvent:
+    """The event that follows the head ``(seq, prev_hash)`` of its chain, created now (after
+    that head was written: times follow the chain's order)."""
+    now = timezone.now()
+    body = event_body(seq=seq + 1, created_at=now.isoformat(), **fields)
+    return AuditEvent(
+        **fields, created_at=now, seq=seq + 1, prev_hash=prev_hash, hash=link_hash(prev_hash, body)
+    )
 
 
 def _locked_head(chain: str) -> ChainHead:
@@ -107,38 +111,55 @@ def _locked_head(chain: str) -> ChainHead:
     return head
 
 
-def _append(event: AuditEvent) -> None:
-    """Insert ``event`` and move its chain's head to it (the head is locked by the caller)."""
+def _append(event: AuditEvent, expected: tuple[int, str] | None = None) -> bool:
+    """Insert ``event`` and move its chain's head to it; return whether it was written.
+
+    Without ``expected`` the head is locked by the caller. With it (PostgreSQL), the head moves
+    only if it still is ``expected`` — ``(seq, hash)``: the head's UPDATE waits for a concurrent
+    writer's commit and then finds a new head — and the event is inserted only if it moved, so
+    a chain never forks; the UPDATE holds the head's lock until commit, as the locked read
+    does."""
     if connection.vendor != "postgresql":
         event.save(force_insert=True)
         ChainHead.objects.filter(chain=event.chain).update(
             seq=event.seq, hash=event.hash, updated_at=event.created_at
         )
-        return
+        return True
     # One statement on PostgreSQL: every writer of the tenant waits on the head lock, which is
-    # held from _locked_head to the COMMIT, so each round trip less under it counts.
-    sql, fields = _append_statement()
+    # held from the head's read (or its compare and set) to the COMMIT, so each round trip
+    # less under it counts.
+    sql, fields = _append_statement(compare=expected is not None)
     updated_at = ChainHead._meta.get_field("updated_at").get_db_prep_save(
         event.created_at, connection
     )
     values = [f.get_db_prep_save(getattr(event, f.attname), connection) for f in fields]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [event.seq, event.hash, updated_at, event.chain, *values])
-        event.pk = cursor.fetchone()[0]
+        cursor.execute(
+            sql, [event.seq, event.hash, updated_at, event.chain, *(expected or ()), *values]
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    event.pk = row[0]
     event._state.adding = False
     event._state.db = connection.alias
+    return True
 
 
 @functools.cache
-def _append_statement() -> tuple[str, list[Field[Any, Any]]]:
-    """The PostgreSQL statement of _append and the event fields whose values it binds."""
+def _append_statement(compare: bool = False) -> tuple[str, list[Field[Any, Any]]]:
+    """The PostgreSQL statement of _append and the event fields whose values it binds; with
+    ``compare``, the head's move is conditional on its ``seq`` and ``hash`` (bound after the
+    chain) and the event's insert on that move."""
     quote = connection.ops.quote_name
     fields = [f for f in AuditEvent._meta.concrete_fields if not f.primary_key]
+    condition = " AND seq = %s AND hash = %s" if compare else ""
+    placeholders = ", ".join(["%s"] * len(fields))
+    source = f"SELECT {placeholders} FROM head" if compare else f"VALUES ({placeholders})"  # noqa: S608
     sql = (
         f"WITH head AS (UPDATE {quote(ChainHead._meta.db_table)} "  # noqa: S608 - names from the models
-        "SET seq = %s, hash = %s, updated_at = %s WHERE chain = %s) "
+        f"SET seq = %s, hash = %s, updated_at = %s WHERE chain = %s{condition} RETURNING 1) "
         f"INSERT INTO {quote(AuditEvent._meta.db_table)} "
-        f"({', '.join(quote(str(f.column)) for f in fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))}) RETURNING id"
+        f"({', '.join(quote(str(f.column)) for f in fields)}) {source} RETURNING id"
     )
     return sql, fields

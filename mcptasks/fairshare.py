@@ -7,14 +7,20 @@ changes nothing: the task stays ``queued`` (the row is the truth), the worker sl
 once for the next message, and the task is delivered again when its tenant has room — by the
 worker whose run ended at the cap (:func:`dispatch_ready`) or by the redelivery sweep, which
 picks queued tasks round-robin across tenants (:func:`fair_queued_ids`) and skips those at
-their cap. So a
+their cap. Only a run whose claim filled a cap looks for such a task when it ends (below the
+caps no claim was refused for room it could free; one refused after a later claim filled the
+cap is delivered when that run ends, or by the sweep). So a
 flood from one tenant never holds every worker, and queued work never holds one either.
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
+
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.db.models import Count, F, Q, Window
 from django.db.models.functions import RowNumber
 
@@ -23,8 +29,11 @@ from mcptasks.models import Task, TaskState, Tenant
 
 def caps(tenant: Tenant) -> tuple[int, int]:
     """``(tenant cap, principal cap)`` on running tasks; 0 means no cap."""
-    tenant_cap = tenant.max_running_tasks
-    principal_cap = tenant.max_running_tasks_per_principal
+    return _caps(tenant.max_running_tasks, tenant.max_running_tasks_per_principal)
+
+
+def _caps(tenant_cap: int | None, principal_cap: int | None) -> tuple[int, int]:
+    """The caps from a tenant's two fields (None: the setting)."""
     return (
         settings.MCPTASKS_MAX_RUNNING_TASKS_PER_TENANT if tenant_cap is None else tenant_cap,
         settings.MCPTASKS_MAX_RUNNING_TASKS_PER_PRINCIPAL
@@ -33,40 +42,72 @@ def caps(tenant: Tenant) -> tuple[int, int]:
     )
 
 
-def claim_refusal(task_id: str) -> str | None:
-    """Why a queued task may not be claimed now (a cap is reached), or None.
+@dataclass(frozen=True)
+class Room:
+    """What a claim found under the locks: why it may not proceed (a cap is reached), or
+    None; and whether taking the task leaves its tenant or principal at a cap — then the run's
+    end may free the slot a refused claim waits for (:func:`dispatch_ready`)."""
 
-    Call inside the claim's transaction: it locks the tenant row and the principal's row, so
-    two workers claiming for the same tenant count one after the other. ``FOR NO KEY UPDATE``:
+    refusal: str | None = None
+    fills_cap: bool = False
+
+
+def claim_refusal(task_id: str) -> str | None:
+    """Why a queued task may not be claimed now (a cap is reached), or None (see
+    :func:`claim_room`)."""
+    return claim_room(task_id).refusal
+
+
+def claim_room(task_id: str) -> Room:
+    """Whether a queued task may be claimed now, and whether its claim fills a cap.
+
+    Call inside the claim's transaction: the statement that reads the tenant's caps locks the
+    tenant's row and the principal's, so two workers claiming for the same tenant count one
+    after the other (the principal's is locked with it, capped or not: one statement less
+    than locking it apart). ``FOR NO KEY UPDATE``:
     creating a task takes ``FOR KEY SHARE`` on both rows (its foreign keys) and must not wait
     for, or deadlock with, a claim."""
-    row = (
-        Task.objects.filter(pk=task_id, state=TaskState.QUEUED)
-        .values("tenant_id", "principal_id")
-        .first()
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(_claim_lock_statement(), [task_id, TaskState.QUEUED])
+        row = cursor.fetchone()
     if row is None:
-        return None  # the claim itself refuses it
-    tenant = Tenant.objects.select_for_update(no_key=True).get(pk=row["tenant_id"])
-    tenant_cap, principal_cap = caps(tenant)
+        return Room()  # the claim itself refuses it
+    tenant_id, principal_id, slug, tenant_field, principal_field = row
+    tenant_cap, principal_cap = _caps(tenant_field, principal_field)
     if not tenant_cap and not principal_cap:
-        return None
-    if principal_cap:
-        list(
-            get_user_model()
-            .objects.select_for_update(no_key=True)
-            .filter(pk=row["principal_id"])
-            .values_list("pk", flat=True)
-        )
+        return Room()
     running = Task.objects.filter(state=TaskState.RUNNING).aggregate(
-        tenant=Count("pk", filter=Q(tenant_id=row["tenant_id"])),
-        principal=Count("pk", filter=Q(principal_id=row["principal_id"])),
+        tenant=Count("pk", filter=Q(tenant_id=tenant_id)),
+        principal=Count("pk", filter=Q(principal_id=principal_id)),
     )
-    if tenant_cap and running["tenant"] >= tenant_cap:
-        return f"tenant {tenant.slug} runs {running['tenant']} tasks (cap {tenant_cap})"
-    if principal_cap and running["principal"] >= principal_cap:
-        return f"principal runs {running['principal']} tasks (cap {principal_cap})"
-    return None
+    return _room(slug, (tenant_cap, principal_cap), running["tenant"], running["principal"])
+
+
+@functools.cache
+def _claim_lock_statement() -> str:
+    """The queued task's tenant and principal, and the tenant's caps, with both rows locked
+    (one statement; where the database has no row locks, as SQLite, a plain read)."""
+    user = get_user_model()._meta
+    lock = " FOR NO KEY UPDATE OF n, u" if connection.features.has_select_for_update_of else ""
+    return (
+        "SELECT t.tenant_id, t.principal_id, n.slug, n.max_running_tasks, "  # noqa: S608 - names from the models
+        f"n.max_running_tasks_per_principal FROM {Task._meta.db_table} t "
+        f"JOIN {Tenant._meta.db_table} n ON n.id = t.tenant_id "
+        f"JOIN {user.db_table} u ON u.{user.pk.column} = t.principal_id "  # type: ignore[union-attr]
+        f"WHERE t.id = %s AND t.state = %s{lock}"
+    )
+
+
+def _room(slug: str, limits: tuple[int, int], tenant_running: int, principal_running: int) -> Room:
+    tenant_cap, principal_cap = limits
+    if tenant_cap and tenant_running >= tenant_cap:
+        return Room(f"tenant {slug} runs {tenant_running} tasks (cap {tenant_cap})")
+    if principal_cap and principal_running >= principal_cap:
+        return Room(f"principal runs {principal_running} tasks (cap {principal_cap})")
+    return Room(
+        fills_cap=bool(tenant_cap and tenant_running + 1 >= tenant_cap)
+        or bool(principal_cap and principal_running + 1 >= principal_cap)
+    )
 
 
 def fair_queued_ids(limit: int, *, updated_before: object = None) -> list[str]:

@@ -27,10 +27,12 @@ def start_keeper(sender: Any = None, **_: Any) -> None:
 
 @shared_task(name="mcptasks.run_task")
 def run_task(task_id: str) -> None:
-    """Run or resume a task (returns quietly if it is gone, taken, terminal or capped)."""
+    """Run or resume a task (returns quietly if it is gone, taken, terminal or capped); if its
+    claim filled a running cap, deliver a task that cap held back."""
     from mcptasks import fairshare, runner
 
-    if runner.run_task(task_id) is not None:
+    state, filled_cap = runner.run_attempt(task_id)
+    if state is not None and filled_cap:
         fairshare.dispatch_ready(task_id)
 
 

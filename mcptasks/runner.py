@@ -24,6 +24,7 @@ from audit.record import Actor
 from mcptasks import approval_policies, failures, lifecycle, tracing
 from mcptasks.interrupt import async_raise
 from mcptasks.lifecycle import error_object
+from mcptasks.lifecycle.execution import claim
 from mcptasks.models import (
     GateOutcome,
     InputKind,
@@ -188,15 +189,22 @@ def run_task(task_id: str, worker: str | None = None) -> str | None:
 
     Returns None when the task could not be claimed (gone, running elsewhere, terminal).
     """
+    return run_attempt(task_id, worker)[0]
+
+
+def run_attempt(task_id: str, worker: str | None = None) -> tuple[str | None, bool]:
+    """:func:`run_task`, and whether the attempt's claim left its tenant or principal at a
+    running cap (False when it was not claimed)."""
     started_ns = tracing.now_ns()
     try:
-        task = lifecycle.task_claim(task_id=task_id, worker=worker or worker_name())
+        claimed = claim(task_id=task_id, worker=worker or worker_name())
     except lifecycle.LifecycleError:
-        return None
+        return None, False
+    task = claimed.task
     with tracing.attempt_span(task, started_ns) as span:  # one span of the task's trace
         state = _run_claimed(task)
         tracing.note_outcome(span, state, lambda: _error_class(task.pk))
-    return state
+    return state, claimed.fills_cap
 
 
 def _error_class(task_id: str) -> str:

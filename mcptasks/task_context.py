@@ -4,6 +4,7 @@ the tool with it)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid as uuid_module
 from collections.abc import Callable
@@ -11,12 +12,14 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from audit.record import Actor
 from mcptasks import approval_policies, lifecycle, tracing
 from mcptasks.lifecycle import InputSpec
+from mcptasks.lifecycle._core import RowPlan
 from mcptasks.models import (
     Audience,
     Effect,
@@ -63,6 +66,46 @@ class MissingCapability(Exception):
         self.capability = capability
 
 
+RECORDED: tuple[Any, ...] = (TaskStep, InputRequest, Effect)
+
+
+def recorded_state(task_id: str) -> tuple[list[Any], ...]:
+    """The task's steps, input requests and effects, in one statement (issue 23)."""
+    statement, plans = _recorded_statement()
+    found: tuple[list[Any], ...] = tuple([] for _ in plans)
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [task_id] * len(plans))
+        for row in cursor.fetchall():
+            part = row[0]
+            start, plan = plans[part]
+            found[part].append(plan.instance(row[1 + start : 1 + start + len(plan.columns)]))
+    return found
+
+
+@functools.cache
+def _recorded_statement() -> tuple[str, tuple[tuple[int, RowPlan], ...]]:
+    """A UNION ALL of the three tables, each branch in its own columns (the others NULL, cast
+    to their type: PostgreSQL types a bare NULL as text), first its part's number."""
+    plans, start = [], 0
+    for model in RECORDED:
+        plans.append((start, RowPlan.of(model, f'"{model._meta.db_table}"')))
+        start += len(model._meta.concrete_fields)
+    nulls = [
+        [f"CAST(NULL AS {f.db_type(connection)})" for f in model._meta.concrete_fields]
+        for model in RECORDED
+    ]
+    branches = []
+    for part, (model, (_, plan)) in enumerate(zip(RECORDED, plans, strict=True)):
+        columns = [str(part)]
+        for other, padding in enumerate(nulls):
+            columns += list(plan.columns) if other == part else padding
+        branches.append(
+            f'SELECT {", ".join(columns)} FROM "{model._meta.db_table}" '  # noqa: S608 - names from the models
+            f'WHERE "{model._meta.db_table}"."task_id" = %s'
+        )
+    return " UNION ALL ".join(branches), tuple(plans)
+
+
 class TaskContext(ToolContext):
     """The replayed context of one attempt of one task."""
 
@@ -78,9 +121,10 @@ class TaskContext(ToolContext):
         self.keys: set[str] = set()
         # Loaded on every run, first runs too: an effect recorded as intended must be found
         # whatever else was recorded, or a non-idempotent effect could run twice.
-        self.steps = {s.key: s for s in TaskStep.objects.filter(task_id=task.pk)}
-        self.inputs = {r.key: r for r in InputRequest.objects.filter(task_id=task.pk)}
-        self.effects = {e.step: e for e in Effect.objects.filter(task_id=task.pk)}
+        steps, inputs, effects = recorded_state(task.pk)
+        self.steps: dict[str, TaskStep] = {s.key: s for s in steps}
+        self.inputs: dict[str, InputRequest] = {r.key: r for r in inputs}
+        self.effects: dict[str, Effect] = {e.step: e for e in effects}
         self.counters: dict[str, int] = {}
         self.progress = Progress(task.pk, task.attempt)
         # A rule the tool broke (divergence, key reuse): raised again by every later ctx call

@@ -9,15 +9,29 @@ and the open-effects rule that every verb module builds on."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
 from typing import Any
 
 from django.conf import settings
-from django.db.models import DateTimeField, ExpressionWrapper, F, OuterRef, Q, Subquery, Value
+from django.db import connection
+from django.db.models import (
+    DateTimeField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.base import ModelState
 from django.db.models.functions import Coalesce, Now
+from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
 from audit.record import Actor, record
@@ -30,6 +44,7 @@ from mcptasks.models import (
     InputState,
     Task,
     TaskState,
+    Tenant,
 )
 
 log = logging.getLogger(__name__)
@@ -192,13 +207,82 @@ def _apply(
         rows = rows.filter(attempt=fence)
     if where is not None:
         rows = rows.filter(where)
-    if (
-        rows.update(state=target, version=F("version") + 1, updated_at=timezone.now(), **fields)
-        != 1
-    ):
+    values = {"state": target, "version": F("version") + 1, "updated_at": timezone.now()}
+    task = _update_returning(task_id, rows, {**values, **fields})
+    if task is None:
         raise _refusal(task_id, verb, fence)
     metrics.TRANSITIONS.labels(verb=verb).inc()
-    return Task.objects.select_related("tenant").get(pk=task_id)
+    return task
+
+
+def _update_returning(task_id: str, rows: QuerySet[Task], values: dict[str, Any]) -> Task | None:
+    """Update the one task ``rows`` matches and return it as updated, its tenant loaded; None
+    if it matched none. On PostgreSQL one statement (``UPDATE … RETURNING`` joined to the
+    tenant); elsewhere the UPDATE and a read back."""
+    if connection.vendor != "postgresql":
+        if rows.update(**values) != 1:
+            return None
+        return Task.objects.select_related("tenant").get(pk=task_id)
+    query: UpdateQuery = rows.query.chain(UpdateQuery)  # type: ignore[assignment]
+    query.add_update_values(values)
+    compiler = query.get_compiler(connection=connection)
+    compiler.pre_sql_setup()  # as QuerySet.update: a filter across a join becomes pk IN (…)
+    update, params = compiler.as_sql()
+    task_plan, tenant_plan = _returning_plans()
+    sql = (
+        f"WITH moved AS ({update} RETURNING {', '.join(task_plan.columns)}) "  # noqa: S608 - names from the models
+        f"SELECT moved.*, {', '.join(tenant_plan.columns)} FROM moved "
+        f'JOIN "{Tenant._meta.db_table}" n ON n."id" = moved."tenant_id"'
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    size = len(task_plan.columns)
+    task = task_plan.instance(row[:size])
+    Task.tenant.field.set_cached_value(task, tenant_plan.instance(row[size:]))
+    return task
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """How one model's instance is built from its columns in a raw row: the ORM's converters
+    of each field (the backend's, then the field's), without a pass through ``__init__``."""
+
+    model: Any
+    columns: tuple[str, ...]
+    attnames: tuple[str, ...]
+    converters: tuple[tuple[int, tuple[Any, ...], Any], ...]  # (index, chain, column)
+
+    @classmethod
+    def of(cls, model: Any, table: str) -> RowPlan:
+        """The plan of all ``model``'s fields, its columns named by ``table`` (quoted)."""
+        fields = model._meta.concrete_fields
+        converters = []
+        for index, field in enumerate(fields):
+            col = field.get_col(table)
+            chain = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+            if chain:
+                converters.append((index, tuple(chain), col))
+        columns = tuple(f'{table}."{f.column}"' for f in fields)
+        return cls(model, columns, tuple(f.attname for f in fields), tuple(converters))
+
+    def instance(self, row: Sequence[Any]) -> Any:
+        values = list(row)
+        for index, chain, col in self.converters:
+            for step in chain:
+                values[index] = step(values[index], col, connection)
+        instance = self.model.__new__(self.model)
+        instance._state = ModelState()
+        instance._state.adding, instance._state.db = False, connection.alias
+        instance.__dict__.update(zip(self.attnames, values, strict=True))
+        return instance
+
+
+@functools.cache
+def _returning_plans() -> tuple[RowPlan, RowPlan]:
+    return RowPlan.of(Task, f'"{Task._meta.db_table}"'), RowPlan.of(Tenant, "n")
 
 
 def _remember_leaving_lease(task_id: str) -> None:

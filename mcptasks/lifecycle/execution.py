@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -35,11 +36,26 @@ from mcptasks.lifecycle.cancel import _after_suspend, _cancel_now
 from mcptasks.models import GateOutcome, InputKind, InputRequest, Task, TaskStep
 
 
+@dataclass(frozen=True)
+class Claimed:
+    """A claimed task, and whether its claim left its tenant or principal at a running cap
+    (then the run's end looks for a task that cap held back: ``fairshare.dispatch_ready``)."""
+
+    task: Task
+    fills_cap: bool
+
+
 def task_claim(*, task_id: str, worker: str) -> Task:
     """Take a queued task for one attempt: lease, attempt + 1 (the new fencing token)."""
+    return claim(task_id=task_id, worker=worker).task
+
+
+def claim(*, task_id: str, worker: str) -> Claimed:
+    """:func:`task_claim`, with what its cap check found."""
     with transaction.atomic():
-        if refusal := fairshare.claim_refusal(task_id):
-            raise AtCapacity(f"task {task_id} waits for room: {refusal}")
+        room = fairshare.claim_room(task_id)
+        if room.refusal:
+            raise AtCapacity(f"task {task_id} waits for room: {room.refusal}")
         task = _apply(
             task_id,
             verb="claim",
@@ -51,7 +67,7 @@ def task_claim(*, task_id: str, worker: str) -> Task:
         )
         _audit(task, "task.started", Actor.system(worker), {"attempt": task.attempt})
         _changed(task)
-    return task
+    return Claimed(task, room.fills_cap)
 
 
 def task_renew_lease(*, task_id: str, attempt: int) -> None:

@@ -146,3 +146,28 @@ def test_a_finished_run_at_the_principals_cap_delivers_that_principals_next_task
     assert embedded.drain() == 1
     assert Task.objects.get(pk=alices.pk).state == TaskState.COMPLETED
     assert Task.objects.get(pk=adams.pk).state == TaskState.QUEUED
+
+
+def test_a_claim_reports_whether_it_fills_a_cap(caps, cast, make_task):
+    from mcptasks.lifecycle.execution import claim as claim_with_room
+
+    assert not claim_with_room(task_id=make_task("alice").pk, worker="w").fills_cap  # no caps
+    cap_tenant(cast, "alice", 3)
+    assert not claim_with_room(task_id=make_task("alice").pk, worker="w").fills_cap  # 2 of 3
+    assert claim_with_room(task_id=make_task("alice").pk, worker="w").fills_cap  # 3 of 3
+
+
+def test_a_run_whose_claim_filled_no_cap_skips_dispatch_ready(caps, cast, make_task, monkeypatch):
+    """dispatch_ready's reads are paid only by a run whose claim left a cap reached (issue 23)."""
+    from mcptasks import jobs
+
+    calls: list[str] = []
+    monkeypatch.setattr(fairshare, "dispatch_ready", calls.append)
+    caps.MCPTASKS_MAX_RUNNING_TASKS_PER_TENANT = 8
+    jobs.run_task.run(task_id=make_task("alice").pk)
+    assert calls == []
+    cap_tenant(cast, "alice", 1)
+    filled = make_task("alice")
+    jobs.run_task.run(task_id=filled.pk)
+    assert calls == [filled.pk]
+    assert Task.objects.get(pk=filled.pk).state == TaskState.COMPLETED
