@@ -241,11 +241,11 @@ def test_secret_answers_are_redacted_in_the_task_detail(api: Any, task_in: Any) 
             )
         ],
     )
-    answer = {"response": {"action": "accept", "content": {"pin": "4321", "ok": True}}}
+    answer = {"response": {"action": "accept", "content": {"pin": "pin-s3cret-kx7q", "ok": True}}}
     detail = ok(api("olga").post(f"/api/v1/tasks/{task.pk}/input-requests/unlock/answer", answer))
     (request,) = detail["input_requests"]
     assert request["response"]["content"] == {"pin": "[REDACTED]", "ok": True}
-    assert "4321" not in json.dumps(detail)
+    assert "pin-s3cret-kx7q" not in json.dumps(detail)
 
 
 def test_second_answer_is_a_conflict(api: Any, paused_deploy: Any) -> None:
