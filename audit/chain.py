@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 import rfc8785
@@ -107,10 +108,21 @@ class ChainReport:
     last_seq: int
     last_hash: str
     broken: Break | None
+    # Events recorded but not yet sealed (audit/seal.py), after the sealed ones; not verified.
+    unsealed: int = 0
+    oldest_unsealed: datetime | None = None
 
     @property
     def ok(self) -> bool:
+        """The sealed events are intact (an unsealed tail is not a break: see ``late``)."""
         return self.broken is None
+
+    def late(self, bound_s: float, now: datetime | None = None) -> bool:
+        """Whether the oldest unsealed event waited longer than ``bound_s`` seconds."""
+        if self.oldest_unsealed is None:
+            return False
+        waited = (now or datetime.now(UTC)) - self.oldest_unsealed
+        return waited.total_seconds() > bound_s
 
 
 def body_of_row(row: Sequence[Any]) -> dict[str, Any]:
@@ -160,14 +172,24 @@ def consistent_snapshot() -> Iterator[None]:
 
 
 def verify_chain(chain: str, *, chunk_size: int = 2000) -> ChainReport:
-    """Verify one chain as of one moment (:func:`consistent_snapshot`); see :func:`_verify`."""
+    """Verify one chain as of one moment (:func:`consistent_snapshot`); see :func:`_verify`.
+    The report also counts the chain's unsealed tail (events the sealer has not linked yet)."""
+    from django.db.models import Count, Min
+
+    from audit.models import AuditEvent
+
     with consistent_snapshot():
-        return _verify(chain, chunk_size=chunk_size)
+        report = _verify(chain, chunk_size=chunk_size)
+        tail = AuditEvent.objects.filter(chain=chain, seq__isnull=True).aggregate(
+            count=Count("id"), oldest=Min("created_at")
+        )
+    return replace(report, unsealed=tail["count"], oldest_unsealed=tail["oldest"])
 
 
 def _verify(chain: str, *, chunk_size: int) -> ChainReport:
     """Walk one chain in sequence order from its checkpoint and check every link.
 
+    Only sealed events are walked (an unsealed one has no place in the chain yet).
     Returns a :class:`ChainReport` naming the first broken event, if any: a missing or extra
     sequence number (``seq gap``), a ``prev_hash`` that is not the previous event's hash, a
     stored hash that is not the hash of the stored content, a chain head that does not match the
@@ -191,7 +213,7 @@ def _verify(chain: str, *, chunk_size: int) -> ChainReport:
         )
 
     rows = (
-        AuditEvent.objects.filter(chain=chain)
+        AuditEvent.objects.filter(chain=chain, seq__isnull=False)
         .order_by("seq")
         .values_list(*ROW_FIELDS)
         .iterator(chunk_size=chunk_size)

@@ -10,6 +10,9 @@ Rows are the stored events exactly (already redacted when recorded), ordered by 
 sequence, with their ``prev_hash`` and ``hash`` so anyone can recompute each event's hash. The
 chain heads are read *before* the rows and every chain is read up to its head, so the manifest's
 heads and the exported rows describe the same moment although no transaction is held open.
+An export holds sealed events only: one recorded but not yet sealed (audit/seal.py, at most the
+seal delay old) has no place in its chain yet and is in the next export. The export's own
+``audit.exported`` event is sealed as it is recorded, so the manifest can name it.
 
 The filters and row encodings live in audit.export_rows, verification in audit.export_verify;
 every caller imports their public names from here.
@@ -193,6 +196,7 @@ def finish_export(stream: ExportStream, *, actor: Actor) -> dict[str, Any]:
             "content_sha256": body["content_sha256"],
             "key_id": key.key_id,
         },
+        inline=True,
     )
     body["export_event"] = {"chain": event.chain, "seq": event.seq, "hash": event.hash}
     return signing.sign(body, key)

@@ -116,12 +116,12 @@ def first_held_seq(chain: str, tenant_id: int) -> tuple[int, int] | None:
     if not held:
         return None
     first = (
-        AuditEvent.objects.filter(chain=chain, task_id__in=list(held))
+        AuditEvent.objects.filter(chain=chain, task_id__in=list(held), seq__isnull=False)
         .order_by("seq")
         .values_list("seq", "task_id")
         .first()
     )
-    return None if first is None else (first[0], held[first[1]])
+    return None if first is None or first[0] is None else (first[0], held[first[1]])
 
 
 def task_is_held(tenant_id: int, task_id: str) -> bool:

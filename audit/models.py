@@ -3,7 +3,7 @@
 Fields of :class:`AuditEvent`:
 
 - ``chain``: ``tenant:<slug>`` for tenant events, ``system`` for events with no tenant.
-- ``seq``: position in the chain, 1-based, gap-free.
+- ``seq``: position in the chain, 1-based, gap-free; null until the event is sealed.
 - ``created_at``: when the event was recorded (UTC).
 - ``tenant_id``: the tenant, as a plain column (null on the system chain).
 - ``actor_kind``: ``principal`` (an MCP token), ``user`` (dashboard / API), ``operator``,
@@ -15,8 +15,12 @@ Fields of :class:`AuditEvent`:
 - ``request_id``: the id of the request that caused the event, when there was one.
 - ``prev_hash`` / ``hash``: SHA-256 chain, ``hash = sha256(prev_hash || jcs(event))``.
 
-Rows are never updated; they are deleted only by retention (:mod:`audit.retention`), which
-leaves a :class:`RetentionCheckpoint`. On PostgreSQL a trigger enforces both (migration 0003).
+With ``MCPTASKS_AUDIT_SEAL_DELAY_MS`` > 0 an event is inserted *unsealed* (``seq``,
+``prev_hash`` and ``hash`` null) in its transaction and sealed after commit by
+:mod:`audit.seal`; otherwise it is sealed as it is inserted. The seal is the one UPDATE a row
+ever gets (null to values, nothing else changed); rows are deleted only by retention
+(:mod:`audit.retention`), which leaves a :class:`RetentionCheckpoint`. On PostgreSQL a trigger
+enforces all three (migrations 0003, 0006).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from django.utils import timezone
 
 
 class ChainHead(models.Model):
-    """One row per chain; locked last in every writing transaction."""
+    """One row per chain: its last sealed event. Locked by the sealer (:mod:`audit.seal`), or,
+    when events are sealed inline, last in every writing transaction."""
 
     chain = models.CharField(max_length=80, primary_key=True)
     seq = models.BigIntegerField(default=0)
@@ -36,7 +41,7 @@ class ChainHead(models.Model):
 
 class AuditEvent(models.Model):
     chain = models.CharField(max_length=80)
-    seq = models.BigIntegerField()
+    seq = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     tenant_id = models.BigIntegerField(null=True, blank=True)
     actor_kind = models.CharField(max_length=16)
@@ -46,20 +51,27 @@ class AuditEvent(models.Model):
     task_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
     data = models.JSONField(default=dict)
     request_id = models.CharField(max_length=64, blank=True, default="")
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64)
+    prev_hash = models.CharField(max_length=64, null=True, blank=True)
+    hash = models.CharField(max_length=64, null=True, blank=True)
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["chain", "seq"], name="audit_chain_seq_unique")
         ]
         indexes = [
+            # The sealer's work list (audit/seal.py): a chain's unsealed events in id order.
+            models.Index(
+                fields=["chain", "id"],
+                name="audit_unsealed",
+                condition=models.Q(seq__isnull=True),
+            ),
             models.Index(fields=["tenant_id", "-created_at"], name="audit_tenant_created"),
             models.Index(fields=["action", "-created_at"], name="audit_action_created"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.chain}#{self.seq} {self.action}"
+        where = f"#{self.seq}" if self.seq is not None else " (sealing)"
+        return f"{self.chain}{where} {self.action}"
 
 
 class RetentionCheckpoint(models.Model):

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Field
 from django.utils import timezone
 
+from audit import seal
 from audit.chain import chain_for_tenant, event_body, link_hash
 from audit.models import AuditEvent, ChainHead
 from audit.redact import redact
@@ -49,11 +50,16 @@ def record(
     data: dict[str, Any] | None = None,
     sensitive_keys: frozenset[str] | set[str] = frozenset(),
     request_id: str | None = None,
+    inline: bool = False,
 ) -> AuditEvent:
-    """Append one event to its chain in the current transaction; return it.
+    """Write one event of its chain in the current transaction; return it.
 
-    Call it as the last statement of the writing transaction: it locks the chain head, so the
-    lock is held only until the commit that follows. The payload is redacted and size-capped.
+    With ``MCPTASKS_AUDIT_SEAL_DELAY_MS`` > 0 (and not ``inline``) the event is inserted
+    unsealed — one INSERT, no chain head, no lock — and :mod:`audit.seal` gives it its ``seq``,
+    ``prev_hash`` and ``hash`` after commit, within the delay. Otherwise (or with ``inline``,
+    for an event whose caller needs its sequence now) it is appended to its chain here: call it
+    as the last statement of the writing transaction, since it locks the chain head until the
+    commit that follows. The payload is redacted and size-capped.
     """
     chain = chain_for_tenant(tenant_slug)
     payload = redact(
@@ -70,6 +76,11 @@ def record(
         "data": payload,
         "request_id": request_id if request_id is not None else current_request_id.get(),
     }
+    if not inline and settings.MCPTASKS_AUDIT_SEAL_DELAY_MS > 0:
+        event = AuditEvent(**fields, created_at=timezone.now())
+        event.save(force_insert=True)
+        seal.wake_after_commit(chain)
+        return event
     # No savepoint: an event that cannot be written must undo the change it records, so a
     # failure here dooms the enclosing transaction (and two round trips are saved).
     with transaction.atomic(savepoint=False):
@@ -77,14 +88,14 @@ def record(
         if known is not None:
             # The head this process last wrote or read: linked to it and written only if it is
             # still the head (compare and set). One statement; on a miss, the locked read.
-            event = _linked(fields, *known)
+            event, linked = _linked(fields, *known)
             if _append(event, expected=known):
-                _heads[chain] = (event.seq, event.hash)
+                _heads[chain] = linked
                 return event
         head = _locked_head(chain)
-        event = _linked(fields, head.seq, head.hash)
+        event, linked = _linked(fields, head.seq, head.hash)
         _append(event)
-        _heads[chain] = (event.seq, event.hash)
+        _heads[chain] = linked
     return event
 
 
@@ -92,14 +103,14 @@ def record(
 _heads: dict[str, tuple[int, str]] = {}
 
 
-def _linked(fields: dict[str, Any], seq: int, prev_hash: str) -> AuditEvent:
+def _linked(fields: dict[str, Any], seq: int, prev_hash: str) -> tuple[AuditEvent, tuple[int, str]]:
     """The event that follows the head ``(seq, prev_hash)`` of its chain, created now (after
-    that head was written: times follow the chain's order)."""
+    that head was written: times follow the chain's order), and the head it makes."""
     now = timezone.now()
     body = event_body(seq=seq + 1, created_at=now.isoformat(), **fields)
-    return AuditEvent(
-        **fields, created_at=now, seq=seq + 1, prev_hash=prev_hash, hash=link_hash(prev_hash, body)
-    )
+    digest = link_hash(prev_hash, body)
+    event = AuditEvent(**fields, created_at=now, seq=seq + 1, prev_hash=prev_hash, hash=digest)
+    return event, (seq + 1, digest)
 
 
 def _locked_head(chain: str) -> ChainHead:

@@ -8,7 +8,8 @@ the same chain with that checkpoint in its data. On PostgreSQL the DELETE is the
 ``audit_purge_prefix`` (migration 0004): it runs with the table owner's rights, so the
 application's role needs no DELETE on audit rows, deletes only a prefix of events older than the
 cutoff, and sets ``mcptasks.audit_retention`` locally (the only way past the append-only trigger)
-around its own DELETE alone.
+around its own DELETE alone. Only sealed events are purged: the chain is sealed first, and the
+``audit.purged`` event is sealed as it is recorded (audit/seal.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from audit import holds
 from audit.chain import PURGED_ACTION, chain_for_tenant, latest_checkpoint, verify_chain
 from audit.models import AuditEvent, RetentionCheckpoint, RetentionPolicy
 from audit.record import Actor, record
+from audit.seal import seal_chains
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +106,7 @@ def purge_due(*, actor: Actor | None = None, now: datetime | None = None) -> lis
 
 def _last_purgeable_seq(chain: str, cutoff: datetime) -> int:
     """The end of the prefix of events older than ``cutoff`` (0 if there is none)."""
-    events = AuditEvent.objects.filter(chain=chain)
+    events = AuditEvent.objects.filter(chain=chain, seq__isnull=False)
     first_kept = (
         events.filter(created_at__gte=cutoff).order_by("seq").values_list("seq", flat=True).first()
     )
@@ -122,6 +124,7 @@ def _purge_chain(
     older_than_days: int,
     actor: Actor,
 ) -> PurgeResult:
+    seal_chains([chain])  # only sealed events are purged, after the chain's earlier ones
     report = verify_chain(chain)
     if report.broken is not None:
         raise RetentionRefused(f"refusing to purge a broken chain: {report.broken}")
@@ -142,6 +145,8 @@ def _purge_chain(
                 held_by=held_by,
             )
         last_hash = AuditEvent.objects.values_list("hash", flat=True).get(chain=chain, seq=last_seq)
+        if last_hash is None:  # cannot be: an event with a seq is sealed
+            raise RetentionRefused(f"{chain} seq {last_seq} has no hash")
         purged = _delete_prefix(chain, last_seq, cutoff)
         RetentionCheckpoint.objects.create(
             chain=chain, seq=last_seq, hash=last_hash, purged=purged, cutoff=cutoff
@@ -158,6 +163,7 @@ def _purge_chain(
                 "cutoff": cutoff.isoformat(),
                 **({"stopped_by_hold": held_by} if held_by is not None else {}),
             },
+            inline=True,  # the checkpoint it attests must be attested from the moment it exists
         )
     return PurgeResult(
         chain=chain,

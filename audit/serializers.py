@@ -17,11 +17,12 @@ class ActorSerializer(serializers.Serializer):
 
 
 class AuditEventSerializer(serializers.Serializer):
-    """An audit event, redacted when recorded, with its hash-chain fields."""
+    """An audit event, redacted when recorded, with its hash-chain fields (null while the event
+    waits to be sealed, at most the seal delay: audit/seal.py)."""
 
     id = serializers.IntegerField()
     chain = serializers.CharField()
-    seq = serializers.IntegerField()
+    seq = serializers.IntegerField(allow_null=True)
     created_at = serializers.DateTimeField()
     tenant_id = serializers.IntegerField(allow_null=True)
     actor = ActorSerializer(source="*")
@@ -29,8 +30,8 @@ class AuditEventSerializer(serializers.Serializer):
     task_id = serializers.CharField()
     data = serializers.JSONField()  # type: ignore[assignment]  # a field, not Serializer.data
     request_id = serializers.CharField()
-    prev_hash = serializers.CharField()
-    hash = serializers.CharField()
+    prev_hash = serializers.CharField(allow_null=True)
+    hash = serializers.CharField(allow_null=True)
 
 
 class ExportInputSerializer(serializers.Serializer):

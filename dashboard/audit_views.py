@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 from audit import chain as audit_chain
 from audit.export import ExportFilters, ExportStream, dump_manifest, finish_export, verify_export
 from audit.models import ChainHead
+from audit.seal import seal_bound_s
 from dashboard import forms
 from dashboard.filter_disclosure import disclosure
 from dashboard.pages import (
@@ -297,7 +298,13 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
                     raise Http404("No such chain")
             reports = {report.chain: report for report in audit_chain.verify_chains(wanted)}
     rows = [
-        {"chain": chain, "head": heads.get(chain), "report": reports.get(chain)} for chain in chains
+        {
+            "chain": chain,
+            "head": heads.get(chain),
+            "report": reports.get(chain),
+            "late": chain in reports and reports[chain].late(seal_bound_s()),
+        }
+        for chain in chains
     ]
     return render_page(
         request,

@@ -4,7 +4,8 @@ Production runs two roles. The **owner** (``DATABASE_URL`` of ``manage.py migrat
 table and runs migrations. The **app role** (``DATABASE_URL`` of web, worker and beat) may read
 and write the application's tables, but on the append-only audit tables only INSERT and SELECT:
 no UPDATE, DELETE or TRUNCATE, and, not owning them, no ``ALTER TABLE … DISABLE TRIGGER``.
-Retention deletes through ``audit_purge_prefix`` (audit migration 0004), which it may EXECUTE.
+Retention deletes through ``audit_purge_prefix`` (audit migration 0004) and the sealer seals
+through ``audit_seal_events`` (0007), which it may EXECUTE.
 
 With ``MCPTASKS_DB_APP_ROLE`` set, every ``manage.py migrate`` run by the owner ends by granting
 exactly that to the role (:func:`grant_app_role`), so tables added by later migrations are
@@ -22,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 ROLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 PURGE_FUNCTION = "audit_purge_prefix(varchar, bigint, timestamptz)"
+SEAL_FUNCTION = "audit_seal_events(bigint[], bigint[], varchar[], varchar[])"
 
 
 def _append_only_tables() -> list[str]:
@@ -65,6 +67,7 @@ def grant_app_role(connection: Any, role: str) -> None:
             f"REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON django_migrations FROM {who}",
             f"REVOKE UPDATE, DELETE, TRUNCATE ON {append_only} FROM {who}",
             f"GRANT EXECUTE ON FUNCTION {PURGE_FUNCTION} TO {who}",
+            f"GRANT EXECUTE ON FUNCTION {SEAL_FUNCTION} TO {who}",
         ):
             cursor.execute(statement)
 

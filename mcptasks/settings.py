@@ -299,6 +299,10 @@ MCPTASKS_UNKNOWN_TASK_BURST = env_int("MCPTASKS_UNKNOWN_TASK_BURST", 30)
 MCPTASKS_UNKNOWN_TASK_RATE = float(env_str("MCPTASKS_UNKNOWN_TASK_RATE", "0.5"))
 MCPTASKS_IDEMPOTENCY_WINDOW_S = env_int("MCPTASKS_IDEMPOTENCY_WINDOW_S", 86_400)
 MCPTASKS_AUDIT_MAX_DATA_BYTES = env_int("MCPTASKS_AUDIT_MAX_DATA_BYTES", 16_384)
+# Audit events sealed after commit, in batches (audit/seal.py): the most an event waits, in ms,
+# before a sealer links it into its chain; 0 seals it inside the writing transaction (the SQLite
+# default: one writer at a time anyway).
+MCPTASKS_AUDIT_SEAL_DELAY_MS = env_int("MCPTASKS_AUDIT_SEAL_DELAY_MS", 100 if DATABASE_URL else 0)
 MCPTASKS_TOKEN_LAST_USED_INTERVAL_S = 60
 # tasks/get of a token's owner is answered on the event loop with one query on an async pool of
 # at most this many connections per web process (PostgreSQL; mcptasks/mcp/fast_get.py).

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from audit import holds
+from audit import holds, seal
 from mcptasks import events, fairshare, heartbeats, lifecycle
 from mcptasks.models import (
     TERMINAL_STATES,
@@ -137,8 +137,15 @@ def outbox_due() -> int:
     return delivery.sweep()
 
 
+def seal_audit() -> int:
+    """The sealer's backstop (audit/seal.py): audit events committed but left unsealed, e.g.
+    by a process that died before its sealer thread ran."""
+    return seal.seal_pending()
+
+
 def run_all() -> dict[str, int]:
     done = {
+        "audit_sealed": seal_audit(),
         "reaped": reap_leases(),
         "woken": wake_timers(),
         "expired": expire_tasks(),

@@ -22,6 +22,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # tasks/get path's per-process async pool cannot live; server processes (live tests,
     # tests/protocol/test_fast_get.py) use it.
     settings.MCPTASKS_FAST_TASKS_GET = False
+    # The general suite reads an event's seq and hash right after the action that recorded it:
+    # audit events are sealed inline here and in the servers it starts. The batched sealer
+    # (audit/seal.py, the PostgreSQL default) has its own tests: tests/audit/test_seal*.py.
+    os.environ.setdefault("MCPTASKS_AUDIT_SEAL_DELAY_MS", "0")
+    settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = int(os.environ["MCPTASKS_AUDIT_SEAL_DELAY_MS"])
     # Tests run jobs themselves (embedded.drain, runner.run_task): the application must not
     # start the embedded default's worker threads on its first request.
     from mcptasks import embedded

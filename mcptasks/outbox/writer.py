@@ -24,6 +24,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from audit import seal as audit_seal
 from audit.redact import redact
 from mcptasks import events
 from mcptasks.outbox import subscriptions
@@ -250,15 +251,25 @@ def _approvals_requested(task: Any, keys: list[Any]) -> None:
 # ---------------------------------------------------------------- the audit stream
 def _wake_audit_streams_on_commit(tenant_id: int) -> None:
     """After commit, the tenant's audit streams take the new events (the sweep would too)."""
+    transaction.on_commit(lambda: _wake_audit_streams(tenant_id))
 
-    def wake() -> None:
-        for destination_id in Destination.objects.filter(
-            tenant_id=tenant_id, enabled=True
-        ).values_list("pk", "events"):
-            if AUDIT in (destination_id[1] or ()):
-                events.dispatch_job("stream_audit", {"destination_id": destination_id[0]})
 
-    transaction.on_commit(wake)
+def _wake_audit_streams(tenant_id: int) -> None:
+    for destination_id in Destination.objects.filter(tenant_id=tenant_id, enabled=True).values_list(
+        "pk", "events"
+    ):
+        if AUDIT in (destination_id[1] or ()):
+            events.dispatch_job("stream_audit", {"destination_id": destination_id[0]})
+
+
+def _on_sealed(sender: Any, *, tenant_id: int | None, **kwargs: Any) -> None:
+    """Events sealed after their commit (audit/seal.py) reach the streams only now: a stream
+    takes sealed events only (its cursor is a sequence number)."""
+    if tenant_id is not None:
+        _wake_audit_streams(tenant_id)
+
+
+audit_seal.sealed.connect(_on_sealed, dispatch_uid="mcptasks.outbox.writer.on_sealed")
 
 
 def audit_message(event: Any, tenant_slug: str) -> dict[str, Any]:

@@ -1,4 +1,8 @@
-"""``manage.py verify_audit [--chain C]``: prove each chain intact or name its first broken event."""
+"""``manage.py verify_audit [--chain C]``: prove each chain intact or name its first broken event.
+
+Each chain's unsealed tail (events recorded but not yet sealed, audit/seal.py) is reported; it
+fails the check only when its oldest event waited longer than the seal bound (the seal delay,
+a sweep interval and a grace: :func:`audit.seal.seal_bound_s`)."""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from audit.chain import chain_for_tenant, known_chains, verify_chains
 from audit.digests import digest_chains, verify_digests
+from audit.seal import seal_bound_s
 
 
 class Command(BaseCommand):
@@ -37,8 +42,9 @@ class Command(BaseCommand):
         unknown = sorted(set(chains) - set(known_chains()))
         if unknown:
             raise CommandError(f"no such chain: {', '.join(unknown)}")
-        broken = 0
+        broken = late = 0
         checked = []
+        bound = seal_bound_s()
         for report in verify_chains(chains or None):
             checked.append(report.chain)
             if report.ok:
@@ -50,12 +56,29 @@ class Command(BaseCommand):
             else:
                 broken += 1
                 self.stdout.write(f"BROKEN  {report.broken}")
+            if report.unsealed and report.oldest_unsealed is not None:
+                stalled = report.late(bound)
+                late += stalled
+                self.stdout.write(
+                    f"{'LATE   ' if stalled else 'sealing'} {report.chain}: {report.unsealed} "
+                    f"unsealed event(s), oldest recorded {report.oldest_unsealed.isoformat()}"
+                    + (f", past the seal bound of {bound:g} s" if stalled else "")
+                )
         if options["digests"]:
             if not chains:  # also chains whose events are gone but whose digests remain
                 checked = sorted({*checked, *digest_chains()})
             broken += self._check_digests(checked)
-        if broken:
-            raise CommandError(f"{broken} chain(s) broken")
+        if broken or late:
+            raise CommandError(
+                ", ".join(
+                    part
+                    for part in (
+                        f"{broken} chain(s) broken" if broken else "",
+                        f"{late} chain(s) with events unsealed past the bound" if late else "",
+                    )
+                    if part
+                )
+            )
         self.stdout.write(
             self.style.SUCCESS(
                 "audit chains intact"
