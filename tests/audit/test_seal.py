@@ -176,13 +176,16 @@ def test_a_crash_between_insert_and_seal_is_sealed_by_the_sweep_backstop(
     assert verify_chain(ACME).ok and verify_chain("tenant:globex").ok
 
 
-def test_retention_seals_the_chain_before_it_purges(cast: dict[str, Any], batched: None) -> None:
+def test_retention_seals_the_chain_before_it_purges(
+    cast: dict[str, Any], batched: None, tamper: Callable[[], Any]
+) -> None:
     from audit.retention import purge_tenant
 
     acme = cast["alice"]["tenant"]
     for index in range(3):
         _record(acme, index)
-    AuditEvent.objects.filter(chain=ACME).update(created_at=timezone.now() - timedelta(days=10))
+    with tamper():  # recorded ten days ago, and still unsealed
+        AuditEvent.objects.filter(chain=ACME).update(created_at=timezone.now() - timedelta(days=10))
     result = purge_tenant(tenant_slug="acme", older_than_days=5, actor=Actor.system("test"))
     assert (result.purged, result.checkpoint_seq, result.event_seq) == (3, 3, 4)
     assert verify_chain(ACME).ok
