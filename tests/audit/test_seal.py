@@ -246,6 +246,22 @@ def test_the_dashboard_lists_an_unsealed_event_as_sealing_without_a_link(
     assert verify.status_code == 200 and " sealing</span>" in verdict, verdict
 
 
+def test_a_task_page_shows_its_unsealed_event_as_sealing_without_a_link(
+    cast: dict[str, Any], batched: None, make_task: Callable[..., Any]
+) -> None:
+    task = make_task()
+    assert AuditEvent.objects.get(task_id=task.pk, action="task.created").seq is None
+    client = Client()
+    client.force_login(cast["amy"]["user"])  # an admin of acme: the timeline links to audit
+    response = client.get(f"/tasks/{task.pk}/")
+    assert response.status_code == 200
+    timeline = response.content.decode().split('id="sec-timeline"')[1].split("</section>")[0]
+    assert "sealing" in timeline and "/audit/tenant:acme/" not in timeline
+    seal.seal_pending()
+    sealed = client.get(f"/tasks/{task.pk}/").content.decode()
+    assert 'href="/audit/tenant:acme/1/"' in sealed or "/audit/tenant:acme/1" in sealed
+
+
 def test_the_audit_api_shows_an_unsealed_event_with_null_chain_fields(
     cast: dict[str, Any], batched: None
 ) -> None:
