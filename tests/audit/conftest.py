@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -11,6 +12,7 @@ from django.db import connection
 
 from audit.models import AuditEvent
 from audit.record import Actor, record
+from audit.seal import seal_pending
 
 TABLES = ("audit_auditevent", "audit_retentioncheckpoint")
 
@@ -26,9 +28,17 @@ def fresh_limits() -> Iterator[None]:
     limits.buckets().reset()
 
 
-@pytest.fixture
-def record_events(cast: dict[str, dict[str, Any]]) -> Callable[..., list[AuditEvent]]:
-    """Record ``count`` events in a tenant's chain (or ``system`` with tenant=None)."""
+@pytest.fixture(params=["inline", "batched"])
+def record_events(
+    request: pytest.FixtureRequest, cast: dict[str, dict[str, Any]], settings: Any
+) -> Callable[..., list[AuditEvent]]:
+    """Record ``count`` events in a tenant's chain (or ``system`` with tenant=None).
+
+    Twice: sealed inline, and ``batched`` — recorded unsealed (MCPTASKS_AUDIT_SEAL_DELAY_MS > 0)
+    and then sealed by audit/seal.py, as a reader would find them once sealed — so every test
+    of chains, verification, exports, digests and retention built on it also checks chains the
+    sealer built. Events the test records itself afterwards are sealed inline."""
+    batched = request.param == "batched"
 
     def make(
         count: int,
@@ -36,6 +46,31 @@ def record_events(cast: dict[str, dict[str, Any]]) -> Callable[..., list[AuditEv
         action: str = "task.created",
         actor: str = "alice",
         task_id: str = "",
+    ) -> list[AuditEvent]:
+        settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 50 if batched else 0
+        try:
+            events = _record_events(count, tenant, action, actor, task_id)
+        finally:
+            settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 0
+        if not batched:
+            return events
+        assert all(event.seq is None for event in events)
+        # In a transactional test this process's sealer thread may hold a chain a moment
+        # (SKIP LOCKED skips it here): seal until every event is.
+        deadline = time.monotonic() + 10
+        while True:
+            seal_pending()
+            fresh = list(AuditEvent.objects.filter(pk__in=[e.pk for e in events]).order_by("pk"))
+            if all(e.seq is not None for e in fresh) or time.monotonic() > deadline:
+                return fresh
+            time.sleep(0.01)
+
+    def _record_events(
+        count: int,
+        tenant: str | None,
+        action: str,
+        actor: str,
+        task_id: str,
     ) -> list[AuditEvent]:
         tenant_row = next(
             (

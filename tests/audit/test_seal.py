@@ -396,12 +396,15 @@ def test_the_trigger_lets_only_the_seal_update_an_event(
     assert refused(f"UPDATE {table} SET seq = 2 WHERE id = %s", [unsealed.pk])
     assert refused(f"UPDATE {table} SET data = '{{}}' WHERE id = %s", [unsealed.pk])
     # Without the sealer's setting even a well-formed seal is refused.
-    with pytest.raises(DatabaseError, match="append-only"):
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} SET seq = 2, prev_hash = %s, hash = %s WHERE id = %s",
-                [sealed.hash, "a" * 64, unsealed.pk],
-            )
+    with (
+        pytest.raises(DatabaseError, match="append-only"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(
+            f"UPDATE {table} SET seq = 2, prev_hash = %s, hash = %s WHERE id = %s",
+            [sealed.hash, "a" * 64, unsealed.pk],
+        )
     # The sealer's seal passes, once.
     assert seal.seal_chain(ACME) == 1
     assert verify_chain(ACME).ok
