@@ -76,7 +76,8 @@ def main() -> int:
         kill_loop.count_calls(conn, records)
         problems = kill_loop.problems(records, conn)
         dropped = checks.dropped_effects([r.task_id for r in records])
-        gaps = checks.audit_gaps()
+        unsealed = checks.unsealed_audit_events()
+        gaps = checks.audit_gaps()  # seals what is left first, as a reader would wait for it
         stale = sum(cluster.stale_warnings().values())
         print(kill_loop.summary(records, missed, stale, time.monotonic() - started))
         print(f"iterations that failed a bound: {failures}")
@@ -85,12 +86,16 @@ def main() -> int:
         )
         print(f"dropped effects (left open on an ended task): {len(dropped)}")
         print(f"audit chain problems (gaps, broken links): {len(gaps)}")
+        print(
+            f"audit events still unsealed at the check (sealed by it): {unsealed[0]}, "
+            f"of which older than the seal bound: {unsealed[1]}"
+        )
         for line in [*problems, *gaps][:20]:
             print(f"  {line}")
         print("slowest kills:\n" + kill_loop.slowest(records))
         conn.close()
         downstream.close()
-        return 1 if failures or problems or gaps else 0
+        return 1 if failures or problems or gaps or unsealed[1] else 0
 
 
 if __name__ == "__main__":

@@ -48,6 +48,21 @@ def lease_pid(lease_owner: str) -> int | None:
 
 
 # ---------------------------------------------------------------- invariants
+def unsealed_audit_events() -> tuple[int, int]:
+    """Audit events not sealed yet (audit/seal.py): how many, and how many of them are older
+    than the seal bound (what ``verify_audit`` would call late)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from audit.models import AuditEvent
+    from audit.seal import seal_bound_s
+
+    unsealed = AuditEvent.objects.filter(seq__isnull=True)
+    cutoff = timezone.now() - timedelta(seconds=seal_bound_s())
+    return unsealed.count(), unsealed.filter(created_at__lt=cutoff).count()
+
+
 def audit_gaps() -> list[str]:
     """Every chain's events numbered 1..n without a gap, each linked to the one before, and
     its head at n — after sealing what was left unsealed (audit/seal.py; the sweep's backstop
