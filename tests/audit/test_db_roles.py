@@ -178,6 +178,52 @@ def test_retention_runs_as_the_app_role(
     assert verify_chain(ACME).ok
 
 
+def test_the_app_role_seals_batched_events_and_still_cannot_update_them(
+    app_role: tuple[str, str], as_app: psycopg.Connection[Any], cast: Any, tmp_path: Path
+) -> None:
+    """With sealing after commit the app role inserts unsealed events and seals them through
+    audit_seal_events (EXECUTE granted by migrate), in a process of its own; a direct UPDATE
+    stays refused."""
+    script = (
+        "import json, django; django.setup()\n"
+        "from audit.chain import verify_chain\n"
+        "from audit.record import Actor, record\n"
+        "from audit.seal import seal_pending\n"
+        "from mcptasks.models import Tenant\n"
+        "tenant = Tenant.objects.get(slug='acme')\n"
+        "events = [record(action='task.created', actor=Actor.system('test'),\n"
+        "                 tenant_id=tenant.pk, tenant_slug='acme', data={'n': n})\n"
+        "          for n in range(3)]\n"
+        "unsealed = sum(1 for e in events if e.seq is None)\n"
+        "seal_pending()\n"
+        "report = verify_chain('tenant:acme')\n"
+        "print(json.dumps({'unsealed': unsealed, 'ok': report.ok, 'left': report.unsealed}))\n"
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": role_url(*app_role),
+        "MCPTASKS_VAR_DIR": str(tmp_path),
+        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
+        "MCPTASKS_AUDIT_SEAL_DELAY_MS": "100",
+    }
+    env.pop("MCPTASKS_DB_APP_ROLE", None)
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    assert outcome == {"unsealed": 3, "ok": True, "left": 0}
+    assert "permission denied for table audit_auditevent" in refused(
+        as_app, "UPDATE audit_auditevent SET seq = seq"
+    )
+    assert verify_chain(ACME).ok
+
+
 def test_a_superuser_is_refused_as_the_app_role(transactional_db: None) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_user")
