@@ -86,8 +86,9 @@ def seal_chain(chain: str, *, limit: int = BATCH) -> int | None:
             seq=seq, hash=prev_hash, updated_at=timezone.now()
         )
         tenant_id = rows[0][2]
-        transaction.on_commit(
-            lambda: sealed.send(sender=AuditEvent, chain=chain, tenant_id=tenant_id, last_seq=seq)
+        transaction.on_commit(  # robust: a stream that cannot be woken now waits for the sweep
+            lambda: sealed.send(sender=AuditEvent, chain=chain, tenant_id=tenant_id, last_seq=seq),
+            robust=True,
         )
     return len(ids)
 
@@ -218,5 +219,7 @@ if hasattr(os, "register_at_fork"):  # a forked worker starts its own thread, wi
 
 def wake_after_commit(chain: str) -> None:
     """After the current transaction commits, have this process's sealer seal ``chain``
-    within the delay (nothing if it rolls back: there is nothing to seal)."""
-    transaction.on_commit(lambda: _sealer.wake(chain))
+    within the delay (nothing if it rolls back: there is nothing to seal). Robust: a sealer
+    that cannot be woken (no thread to be had) is logged, never the committed caller's error —
+    the sweep seals the event then."""
+    transaction.on_commit(lambda: _sealer.wake(chain), robust=True)
