@@ -16,6 +16,7 @@ class McptasksConfig(AppConfig):
         )
         from mcptasks.celery import app  # noqa: F401 - the app @shared_task binds to
         from mcptasks.dbroles import on_post_migrate
+        from mcptasks.outbox import writer  # noqa: F401 - its audit streams listen to the sealer
 
         # Once per migrate (all apps are migrated by then): the app role's grants.
         post_migrate.connect(on_post_migrate, sender=self, dispatch_uid="mcptasks.dbroles")

@@ -226,6 +226,35 @@ def test_the_audit_stream_takes_sealed_events_only(cast: dict[str, Any], batched
     assert delivery is not None and (delivery.first_seq, delivery.last_seq) == (1, 1)
 
 
+def test_a_seal_wakes_the_tenants_audit_streams(
+    cast: dict[str, Any],
+    batched: None,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from mcptasks import events
+    from mcptasks.outbox.models import Destination
+    from mcptasks.outbox.subscriptions import AUDIT
+
+    acme = cast["alice"]["tenant"]
+    destination = Destination.objects.create(
+        tenant=acme,
+        name="siem",
+        kind="webhook",
+        config={"url": "https://siem.example/in"},
+        events=[AUDIT],
+        owner=cast["amy"]["user"],
+    )
+    _record(acme, 0)
+    jobs: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        events, "dispatch_job", lambda name, payload, **kw: jobs.append((name, payload))
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        seal.seal_pending()
+    assert jobs == [("stream_audit", {"destination_id": destination.pk})]
+
+
 def test_the_dashboard_lists_an_unsealed_event_as_sealing_without_a_link(
     cast: dict[str, Any], batched: None
 ) -> None:
