@@ -73,11 +73,11 @@ def main() -> int:
             records.append(record)
             if len(records) % 10 == 0:
                 print(f"{len(records)} kills, last settled in {record.settle_s:.2f} s", flush=True)
-        kill_loop.count_calls(conn, records)
-        problems = kill_loop.problems(records, conn)
-        dropped = checks.dropped_effects([r.task_id for r in records])
         unsealed = checks.unsealed_audit_events()
         gaps = checks.audit_gaps()  # seals what is left first, as a reader would wait for it
+        kill_loop.count_calls(conn, records)
+        problems = kill_loop.problems(records, conn)  # reads the trails in sequence order
+        dropped = checks.dropped_effects([r.task_id for r in records])
         stale = sum(cluster.stale_warnings().values())
         print(kill_loop.summary(records, missed, stale, time.monotonic() - started))
         print(f"iterations that failed a bound: {failures}")
