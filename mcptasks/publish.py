@@ -62,6 +62,7 @@ class Plan:
     ignore_result: bool
     channel: RedisChannel
     client: Any  # the channel's redis-py client class (key prefix included) on its pool
+    retry: tuple[int, float, float, float]  # retries, first wait, its step, the longest wait
 
 
 class Publisher:
@@ -127,10 +128,7 @@ class Publisher:
         """LPUSH ``payload``, retried on connection errors as Celery's publish retry policy
         says (``task_publish_retry``, ``task_publish_retry_policy``): a pooled connection that
         a Redis restart closed fails once, then a new one is made."""
-        conf = self.app.conf
-        policy = conf.task_publish_retry_policy or {}
-        retries = int(policy.get("max_retries") or 0) if conf.task_publish_retry else 0
-        wait = float(policy.get("interval_start") or 0)
+        retries, wait, step, longest = plan.retry
         for attempt in range(retries + 1):
             try:
                 plan.client.lpush(plan.key, payload)
@@ -138,8 +136,8 @@ class Publisher:
             except (RedisConnectionError, RedisTimeoutError):
                 if attempt == retries:
                     raise
-            time.sleep(min(wait, float(policy.get("interval_max") or 0)))
-            wait += float(policy.get("interval_step") or 0)
+            time.sleep(min(wait, longest))
+            wait += step
 
     def _plan(self, name: str) -> Plan | None:
         # Plans of another process (inherited by a prefork pool child) or of another broker URL
@@ -204,7 +202,19 @@ class Publisher:
             ignore_result=bool(task.ignore_result),
             channel=channel,
             client=channel._create_client(),
+            retry=_retry_policy(app),
         )
+
+
+def _retry_policy(app: Celery) -> tuple[int, float, float, float]:
+    """Celery's publish retry policy: retries, the first wait, its step and the longest wait."""
+    policy = app.conf.task_publish_retry_policy or {}
+    return (
+        int(policy.get("max_retries") or 0) if app.conf.task_publish_retry else 0,
+        float(policy.get("interval_start") or 0),
+        float(policy.get("interval_step") or 0),
+        float(policy.get("interval_max") or 0),
+    )
 
 
 _origins: dict[int, str] = {}
