@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,18 +18,10 @@ pytestmark = pytest.mark.redis
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[harness.PrivateRedis]:
-    redis_server = harness.PrivateRedis(tmp_path)
-    redis_server.start()
-    try:
-        yield redis_server
-    finally:
-        redis_server.stop()
-
-
-@pytest.fixture
-def layer(server: harness.PrivateRedis, monkeypatch: pytest.MonkeyPatch) -> RedisChannelLayer:
-    channel_layer = RedisChannelLayer(hosts=[{"address": server.url(1)}])
+def layer(
+    private_redis: harness.PrivateRedis, monkeypatch: pytest.MonkeyPatch
+) -> RedisChannelLayer:
+    channel_layer = RedisChannelLayer(hosts=[{"address": private_redis.url(1)}])
     monkeypatch.setattr(events, "get_channel_layer", lambda: channel_layer)
     return channel_layer
 
@@ -46,14 +36,14 @@ def sent_since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
 
 
 def test_a_change_nobody_listens_to_is_one_zcount_and_no_hand_off(
-    server: harness.PrivateRedis, layer: RedisChannelLayer, monkeypatch: pytest.MonkeyPatch
+    private_redis: harness.PrivateRedis, layer: RedisChannelLayer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def no_loop() -> Any:
         raise AssertionError("handed to the sender loop")
 
     monkeypatch.setattr(events, "_sender_loop", no_loop)
     events.broadcast("t1", 7, 1, task_group=False)  # the client connects
-    counter = harness.redis_client(server.url(1))
+    counter = harness.redis_client(private_redis.url(1))
     before = commands(counter)
     events.broadcast("t1", 7, 2, task_group=False)
     events.broadcast("t1", 7, 3)  # task and tenant groups: one pipeline
@@ -79,10 +69,10 @@ def test_a_listened_group_gets_the_change_and_the_others_nothing(
 
 
 def test_a_member_past_the_group_expiry_is_not_listening(
-    server: harness.PrivateRedis, layer: RedisChannelLayer, monkeypatch: pytest.MonkeyPatch
+    private_redis: harness.PrivateRedis, layer: RedisChannelLayer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     key = layer._group_key("tenant.7")
-    client = harness.redis_client(server.url(1))
+    client = harness.redis_client(private_redis.url(1))
     client.zadd(key, {"gone!x": int(time.time()) - layer.group_expiry - 5})
     assert events._listened(layer, ["tenant.7"]) == []
     client.zadd(key, {"here!y": time.time()})
@@ -90,9 +80,9 @@ def test_a_member_past_the_group_expiry_is_not_listening(
 
 
 def test_a_broadcast_while_the_channel_redis_is_down_is_logged_not_raised(
-    server: harness.PrivateRedis, layer: RedisChannelLayer, caplog: pytest.LogCaptureFixture
+    private_redis: harness.PrivateRedis, layer: RedisChannelLayer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    server.stop()
+    private_redis.stop()
     with caplog.at_level(logging.WARNING, logger="mcptasks.events"):
         events.broadcast("t1", 7, 1)
     assert [r.getMessage() for r in caplog.records] == ["broadcast failed"]

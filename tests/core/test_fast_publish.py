@@ -25,16 +25,6 @@ RUN_TASK = "mcptasks.run_task"
 FRESH = {"id", "root_id", "correlation_id", "delivery_tag"}
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[harness.PrivateRedis]:
-    server = harness.PrivateRedis(tmp_path)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def celery_app(url: str, **conf: Any) -> Celery:
     """A Celery app configured as the project's (its settings), on broker ``url``."""
     app = Celery("mcptasks-publish-test", set_as_current=False)  # the project's stays current
@@ -61,15 +51,15 @@ def without_fresh_ids(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_job_pushed_in_one_lpush_is_the_message_apply_async_sends(
-    broker: harness.PrivateRedis,
+    private_redis: harness.PrivateRedis,
 ) -> None:
-    app = celery_app(broker.url(0))
+    app = celery_app(private_redis.url(0))
     app.tasks[RUN_TASK].apply_async(kwargs={"task_id": "t-1"})
-    [celerys] = pop_all(broker.url(0))
+    [celerys] = pop_all(private_redis.url(0))
 
     task_id = Publisher(app).publish(RUN_TASK, {"task_id": "t-1"})
 
-    [ours] = pop_all(broker.url(0))
+    [ours] = pop_all(private_redis.url(0))
     assert without_fresh_ids(ours) == without_fresh_ids(celerys)
     assert ours["headers"]["id"] == ours["headers"]["root_id"] == task_id
     assert ours["properties"]["correlation_id"] == task_id
@@ -79,22 +69,24 @@ def test_a_job_pushed_in_one_lpush_is_the_message_apply_async_sends(
     assert ours["headers"]["kwargsrepr"] == "{'task_id': 't-1'}"  # Celery's saferepr of it
 
 
-def test_long_arguments_keep_celerys_truncated_kwargsrepr(broker: harness.PrivateRedis) -> None:
-    app = celery_app(broker.url(0))
+def test_long_arguments_keep_celerys_truncated_kwargsrepr(
+    private_redis: harness.PrivateRedis,
+) -> None:
+    app = celery_app(private_redis.url(0))
     kwargs = {"task_id": "x" * 5000}
     app.tasks[RUN_TASK].apply_async(kwargs=kwargs)
     Publisher(app).publish(RUN_TASK, kwargs)
-    celerys, ours = pop_all(broker.url(0))
+    celerys, ours = pop_all(private_redis.url(0))
     assert ours["headers"]["kwargsrepr"] == celerys["headers"]["kwargsrepr"]
     assert len(ours["headers"]["kwargsrepr"]) < 5000
 
 
 def test_each_job_is_one_redis_command_once_the_queue_is_declared(
-    broker: harness.PrivateRedis,
+    private_redis: harness.PrivateRedis,
 ) -> None:
-    publisher = Publisher(celery_app(broker.url(0)))
+    publisher = Publisher(celery_app(private_redis.url(0)))
     publisher.publish(RUN_TASK, {"task_id": "first"})  # connects and declares the queue
-    client = harness.redis_client(broker.url(0))
+    client = harness.redis_client(private_redis.url(0))
 
     def commands() -> dict[str, int]:
         stats = client.info("commandstats")
@@ -147,17 +139,19 @@ def _receiver(**_: Any) -> None:
     ids=["eager", "routed", "priority", "compressed", "sent-events"],
 )
 def test_a_job_celery_would_send_differently_is_left_to_apply_async(
-    broker: harness.PrivateRedis, conf: dict[str, Any]
+    private_redis: harness.PrivateRedis, conf: dict[str, Any]
 ) -> None:
-    publisher = Publisher(celery_app(broker.url(0), **conf))
+    publisher = Publisher(celery_app(private_redis.url(0), **conf))
     assert publisher.publish(RUN_TASK, {"task_id": "t"}) is None
-    assert harness.redis_client(broker.url(0)).keys("*") == []  # nothing sent, nothing declared
+    assert (
+        harness.redis_client(private_redis.url(0)).keys("*") == []
+    )  # nothing sent, nothing declared
 
 
 def test_with_a_publish_signal_connected_jobs_are_left_to_apply_async(
-    broker: harness.PrivateRedis,
+    private_redis: harness.PrivateRedis,
 ) -> None:
-    publisher = Publisher(celery_app(broker.url(0)))
+    publisher = Publisher(celery_app(private_redis.url(0)))
     signals.before_task_publish.connect(_receiver)
     try:
         assert publisher.publish(RUN_TASK, {"task_id": "t"}) is None
@@ -171,11 +165,11 @@ def test_a_broker_other_than_redis_is_left_to_apply_async() -> None:
 
 
 @pytest.fixture
-def project_app_on(broker: harness.PrivateRedis, settings: Any) -> Iterator[str]:
-    """The project's Celery app sends to ``broker`` (database 0), as with Redis configured."""
+def project_app_on(private_redis: harness.PrivateRedis, settings: Any) -> Iterator[str]:
+    """The project's Celery app sends to ``private_redis`` (database 0), as with Redis configured."""
     settings.MCPTASKS_EMBEDDED_WORKER = False
-    with harness.producer_broker(broker.url(0)):
-        yield broker.url(0)
+    with harness.producer_broker(private_redis.url(0)):
+        yield private_redis.url(0)
 
 
 def test_a_delivery_with_an_eta_goes_through_apply_async(project_app_on: str) -> None:
@@ -194,16 +188,16 @@ def test_a_delivery_is_one_lpush_of_the_project_job(project_app_on: str) -> None
 
 
 def test_a_delivery_the_broker_refuses_is_logged_for_the_sweeps(
-    broker: harness.PrivateRedis, project_app_on: str, caplog: pytest.LogCaptureFixture
+    private_redis: harness.PrivateRedis, project_app_on: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     dispatch.deliver("run_task", {"task_id": "before"})  # the plan is made while Redis is up
-    broker.stop()
+    private_redis.stop()
     with caplog.at_level(logging.WARNING, logger="mcptasks.dispatch"):
         dispatch.deliver("run_task", {"task_id": "lost"})
     assert [r.getMessage() for r in caplog.records] == [
         "job delivery failed; the sweeps will recover it"
     ]
-    broker.start()  # a restart: the pooled connection is stale, the retry makes a new one
+    private_redis.start()  # a restart: the pooled connection is stale, the retry makes a new one
     dispatch.deliver("run_task", {"task_id": "after"})
     [message] = pop_all(project_app_on)
     assert message["headers"]["kwargsrepr"] == "{'task_id': 'after'}"
