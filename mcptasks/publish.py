@@ -63,6 +63,7 @@ class Plan:
     channel: RedisChannel
     client: Any  # the channel's redis-py client class (key prefix included) on its pool
     retry: tuple[int, float, float, float]  # retries, first wait, its step, the longest wait
+    check_arguments: Any  # the task's signature check (None: the task does no typing check)
 
 
 class Publisher:
@@ -83,7 +84,8 @@ class Publisher:
         plan = self._plan(name)
         if plan is None:
             return None
-        plan.task.__header__(**kwargs)  # the argument check apply_async makes (task.typing)
+        if plan.check_arguments is not None:
+            plan.check_arguments(**kwargs)  # the argument check apply_async makes (task.typing)
         task_id = uuid()
         root_id, parent_id = task_id, None
         parent = self.app.current_worker_task
@@ -203,6 +205,7 @@ class Publisher:
             channel=channel,
             client=channel._create_client(),
             retry=_retry_policy(app),
+            check_arguments=getattr(task, "__header__", None) if task.typing else None,
         )
 
 

@@ -201,3 +201,14 @@ def test_a_delivery_the_broker_refuses_is_logged_for_the_sweeps(
     dispatch.deliver("run_task", {"task_id": "after"})
     [message] = pop_all(project_app_on)
     assert message["headers"]["kwargsrepr"] == "{'task_id': 'after'}"
+
+
+def test_arguments_the_job_does_not_take_are_refused_before_anything_is_sent(
+    private_redis: harness.PrivateRedis,
+) -> None:
+    app = celery_app(private_redis.url(0))
+    with pytest.raises(TypeError):
+        app.tasks[RUN_TASK].apply_async(kwargs={"task": "t"})  # what Celery does
+    with pytest.raises(TypeError):
+        Publisher(app).publish(RUN_TASK, {"task": "t"})
+    assert pop_all(private_redis.url(0)) == []
