@@ -6,6 +6,7 @@ that events — which every writer of task state imports — never imports the j
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import datetime
 from typing import Any
@@ -13,8 +14,18 @@ from typing import Any
 from django.conf import settings
 
 from mcptasks import embedded, jobs
+from mcptasks.publish import Publisher
 
 log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _publisher() -> Publisher:
+    """The publisher of the project's Celery app (one LPUSH per job where Celery's publish
+    would send the same message: mcptasks/publish.py)."""
+    from mcptasks.celery import app
+
+    return Publisher(app)
 
 
 def deliver(job: str, kwargs: dict[str, Any], eta: datetime | None = None) -> None:
@@ -23,7 +34,9 @@ def deliver(job: str, kwargs: dict[str, Any], eta: datetime | None = None) -> No
         embedded.submit(job, kwargs, eta=eta)
         return
     try:
-        getattr(jobs, job).apply_async(kwargs=kwargs, eta=eta)
+        task = getattr(jobs, job)
+        if eta is not None or _publisher().publish(task.name, kwargs) is None:
+            task.apply_async(kwargs=kwargs, eta=eta)
     except Exception:
         # The broker is only a wake-up: the sweeps find queued and due tasks again.
         log.warning(

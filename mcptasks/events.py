@@ -8,11 +8,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import redis
 from channels.layers import InMemoryChannelLayer, get_channel_layer
+from channels_redis.core import RedisChannelLayer
 from django.db import transaction
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,14 @@ def broadcast(task_id: str, tenant_id: int, version: int, *, task_group: bool = 
 
     groups = [f"task.{task_id}"] if task_group else []
     groups.append(f"tenant.{tenant_id}")
+    if isinstance(layer, RedisChannelLayer):
+        try:
+            groups = _listened(layer, groups)
+        except Exception:
+            log.warning("broadcast failed", exc_info=True, extra={"task_id": task_id})
+            return
+        if not groups:
+            return  # nobody listens: group_send would find no member and send nothing
 
     async def send_all() -> None:
         for group in groups:
@@ -113,6 +125,57 @@ def broadcast(task_id: str, tenant_id: int, version: int, *, task_group: bool = 
     except Exception:
         # At most once by design: streams catch up from the database.
         log.warning("broadcast failed", exc_info=True, extra={"task_id": task_id})
+
+
+def _listened(layer: RedisChannelLayer, groups: list[str]) -> list[str]:
+    """Those of ``groups`` with a member ``group_send`` would send to (one joined within the
+    layer's group expiry, as it counts them): a ZCOUNT per group (pipelined per Redis host),
+    read from this thread, so a change nobody watches (a creation, mostly) costs no hand-off to the sender loop
+    and none of group_send's commands. Every group when the layer's hosts are not plain
+    addresses (Sentinel): group_send decides then."""
+    clients = _group_clients(layer)
+    if clients is None:
+        return groups
+    since = f"({int(time.time()) - layer.group_expiry}"  # group_send drops the members up to it
+    by_host: dict[int, list[str]] = {}
+    for group in groups:
+        by_host.setdefault(layer.consistent_hash(group), []).append(group)
+    listened = []
+    for index, members in by_host.items():
+        if len(members) == 1:  # a creation's one group: a command costs less than a pipeline
+            counts = [clients[index].zcount(layer._group_key(members[0]), since, "+inf")]
+        else:
+            pipe = clients[index].pipeline(transaction=False)
+            for group in members:
+                pipe.zcount(layer._group_key(group), since, "+inf")
+            counts = pipe.execute()
+        listened += [g for g, n in zip(members, counts, strict=True) if n]
+    return listened
+
+
+_clients: weakref.WeakKeyDictionary[RedisChannelLayer, list[Any] | None] = (
+    weakref.WeakKeyDictionary()
+)
+_clients_lock = threading.Lock()
+
+
+def _group_clients(layer: RedisChannelLayer) -> list[Any] | None:
+    """A synchronous redis-py client per host of ``layer`` (kept with the layer), or None if a
+    host is not given by address."""
+    with _clients_lock:
+        if layer not in _clients:
+            hosts = layer.hosts
+            _clients[layer] = (
+                [
+                    redis.Redis.from_url(
+                        host["address"], **{k: v for k, v in host.items() if k != "address"}
+                    )
+                    for host in hosts
+                ]
+                if all("address" in host for host in hosts)
+                else None
+            )
+        return _clients[layer]
 
 
 def broadcast_on_commit(

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import signals
 from django.utils import timezone
 
 from audit.record import Actor
@@ -56,6 +57,13 @@ class NewTask:
     # The tenant row when the caller already holds it (the authenticated principal's): saves
     # its read at creation.
     tenant: Tenant | None = None
+    # digest(arguments) when the caller computed it already (the canonical JSON is a cost).
+    argument_digest: str | None = None
+
+    def digest(self) -> str:
+        if self.argument_digest is None:
+            self.argument_digest = digest(self.arguments)
+        return self.argument_digest
 
 
 def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
@@ -74,13 +82,13 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     tenant = _check_active_limits(spec)
     try:
         with transaction.atomic():
-            task = Task.objects.create(
+            task = _insert_task(
                 tenant_id=spec.tenant_id,
                 principal_id=spec.principal_id,
                 token_id=spec.token_id,
                 tool_name=spec.tool_name,
                 arguments=spec.arguments,
-                argument_digest=digest(spec.arguments),
+                argument_digest=spec.digest(),
                 search_summary=search.summary_text(spec.arguments, spec.sensitive_keys),
                 server_build=settings.MCPTASKS_SERVER_BUILD,
                 policy_revision=spec.policy_revision,
@@ -149,6 +157,35 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     return task, True
 
 
+@functools.cache
+def _insert_sql() -> str:
+    """The INSERT of a task row, every column bound (built once per process)."""
+    quote = connection.ops.quote_name
+    fields = Task._meta.concrete_fields
+    return (
+        f"INSERT INTO {quote(Task._meta.db_table)} "  # noqa: S608 - identifiers from the model
+        f"({', '.join(quote(str(f.column)) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})"
+    )
+
+
+def _insert_task(**values: Any) -> Task:
+    """``Task.objects.create(**values)`` without compiling the INSERT per task: the model's
+    defaults fill the other fields, each value is prepared as the ORM prepares it
+    (``pre_save``, ``get_db_prep_save``). The ORM's own save where save signals are connected."""
+    task = Task(**values)
+    if signals.pre_save.has_listeners(Task) or signals.post_save.has_listeners(Task):
+        task.save(force_insert=True)
+        return task
+    params = [
+        f.get_db_prep_save(f.pre_save(task, True), connection) for f in Task._meta.concrete_fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(), params)
+    task._state.adding, task._state.db = False, connection.alias
+    return task
+
+
 class CreationKeyConflict(LifecycleError):
     """The idempotency key was already used by this principal for a different call."""
 
@@ -172,7 +209,7 @@ def _existing_for_key(spec: NewTask, now: datetime) -> Task | None:
             creation_key=None
         )
         return None
-    if existing.tool_name != spec.tool_name or existing.argument_digest != digest(spec.arguments):
+    if existing.tool_name != spec.tool_name or existing.argument_digest != spec.digest():
         raise CreationKeyConflict(
             "idempotency key already used for a different call "
             f"(task {existing.pk} with tool {existing.tool_name!r} and other arguments)"

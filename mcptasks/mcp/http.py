@@ -116,6 +116,11 @@ def refuse_earlier_era(message: jsonrpc.Message, headers: dict[str, str]) -> Non
 class McpApplication:
     """ASGI callable for POST /mcp."""
 
+    def __init__(self) -> None:
+        # Authentication, gating and the handler in one hop to a pool thread; the wrapper is
+        # made once (it holds no per-call state), not per request.
+        self._serve_on_thread = sync_to_async(self._serve, thread_sensitive=False)
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         request_id = secrets.token_hex(8)
         token = current_request_id.set(request_id)
@@ -185,8 +190,7 @@ class McpApplication:
             if message.method == "tasks/get" and fast_get.enabled():
                 result = await fast_get.tasks_get(call, headers.get("authorization"))
             if result is None:
-                # Authentication, gating and the handler in one hop to a pool thread.
-                serve = sync_to_async(self._serve, thread_sensitive=False)
+                serve = self._serve_on_thread
                 progress = ProgressStream.open(call, headers)
                 if progress is None:
                     result = await serve(call, headers.get("authorization"))

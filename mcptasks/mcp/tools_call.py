@@ -73,7 +73,8 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     if as_task and not call.declares_tasks and not tool_def.task_fallback:
         raise missing_capability(TASKS_REQUIRED, f"tool {name!r} runs only as a task")
     try:
-        digest(arguments)  # what requestState and the task bind; refuse what it cannot carry
+        # What requestState and the task bind (computed once here); refuse what it cannot carry.
+        argument_digest = digest(arguments)
     except (CanonicalizationError, RecursionError):
         raise invalid_params(
             "params.arguments must be interoperable JSON: integers within "
@@ -94,9 +95,10 @@ def handle_tools_call(call: Call) -> dict[str, Any]:
     if errors:
         where = "/".join(str(p) for p in errors[0].path) or "arguments"
         return tool_error_result(f"Invalid arguments for {name}: {where}: {errors[0].message}")
-    state, offered = _open_state(call, tool_def, arguments)
+    state, offered = _open_state(call, tool_def, arguments, argument_digest)
     if as_task and not tool_def.asks_before_task:
-        return _create_task(call, tool_def, arguments, state)  # nothing of it runs here
+        # Nothing of the tool runs here: the arguments are still the ones digested above.
+        return _create_task(call, tool_def, arguments, state, argument_digest)
     context = InlineContext(
         tool_name=name,
         arguments=arguments,
@@ -177,13 +179,12 @@ def tool_error_result(message: str) -> dict[str, Any]:
 
 
 def _open_state(
-    call: Call, tool_def: ToolDef, arguments: dict[str, Any]
+    call: Call, tool_def: ToolDef, arguments: dict[str, Any], argument_digest: str
 ) -> tuple[RequestState, dict[str, Any]]:
     """The MRTR state of this round (verified ``requestState``, or a fresh one) and this round's
     ``inputResponses``, which the tool's questions validate as they are asked (PROTOCOL §3.3:
     keys it does not ask are ignored; an answer that does not fit its request is -32602)."""
     principal = call.principal
-    argument_digest = digest(arguments)
     raw_state = call.params.get("requestState")
     responses = call.params.get("inputResponses")
     if responses is not None and not isinstance(responses, dict):
@@ -209,8 +210,14 @@ def _open_state(
 
 @metrics.TASK_CREATE_SECONDS.time()
 def _create_task(
-    call: Call, tool_def: ToolDef, arguments: dict[str, Any], state: RequestState
+    call: Call,
+    tool_def: ToolDef,
+    arguments: dict[str, Any],
+    state: RequestState,
+    argument_digest: str | None = None,
 ) -> dict[str, Any]:
+    """Create the call's task (``argument_digest``: that of ``arguments`` if known, else it is
+    computed at creation: the tool may have run, and changed them, since the first)."""
     principal = call.principal
     answered = [
         lifecycle.AnsweredInput(
@@ -243,6 +250,7 @@ def _create_task(
                 token_id=principal.token_id,
                 tool_name=tool_def.name,
                 arguments=arguments,
+                argument_digest=argument_digest,
                 policy_revision=approval_policies.bound_revision(
                     tool_def, tenant_id=principal.tenant.pk, arguments=arguments
                 ),

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from audit.models import AuditEvent
 from audit.record import Actor
 from mcptasks import lifecycle
 from mcptasks.models import Audience, Effect, InputRequest, Task, TaskState
+from tests.faults import harness
 
 S = TaskState
 WORKER = "test-worker"
@@ -138,3 +140,14 @@ def expire_lease() -> Callable[[str], None]:
         )
 
     return expire
+
+
+@pytest.fixture
+def private_redis(tmp_path: Path) -> Iterator[harness.PrivateRedis]:
+    """A redis-server of this test's own on a free port, stopped (by pid) after."""
+    server = harness.PrivateRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
