@@ -22,7 +22,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from audit.record import Actor
-from mcptasks import approval_policies, failures, lifecycle, tracing
+from mcptasks import approval_policies, db_retry, failures, lifecycle, tracing
 from mcptasks.interrupt import async_raise
 from mcptasks.lifecycle import error_object
 from mcptasks.lifecycle.execution import claim
@@ -204,8 +204,14 @@ def run_attempt(task_id: str, worker: str | None = None) -> tuple[str | None, bo
     """:func:`run_task`, and whether the attempt's claim left its tenant or principal at a
     running cap (False when it was not claimed)."""
     started_ns = tracing.now_ns()
+    name = worker or worker_name()
     try:
-        claimed = claim(task_id=task_id, worker=worker or worker_name())
+        # The worker keeps its connections between tasks (celery.WorkerDatabaseFixup): one the
+        # server dropped while idle fails the claim's first statement, a read, and the claim
+        # is then made on a fresh connection (once it wrote, it is not repeated).
+        claimed = db_retry.run(
+            lambda: claim(task_id=task_id, worker=name), safe=False, what=f"claim of {task_id}"
+        )
     except lifecycle.LifecycleError:
         return None, False
     task = claimed.task
