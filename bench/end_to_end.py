@@ -77,14 +77,17 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
             return time.perf_counter() - started
 
         drain(WARM_UP)
-        cpu_before = _cpu_s(workers)
+        cpu_before, split_before = _cpu_s(workers), _cpu_split(workers)
         raw = count / drain(count)
         raw_cpu = _cpu_s(workers) - cpu_before
+        raw_split = {k: v - split_before.get(k, 0.0) for k, v in _cpu_split(workers).items()}
         create_one = _task_creator()
         _run_tasks(create_one, WARM_UP)
         cpu_before, create_cpu = _cpu_s(workers), time.process_time()
+        split_before = _cpu_split(workers)
         ours_s, created_s = _run_tasks(create_one, count)
         ours_cpu, create_cpu = _cpu_s(workers) - cpu_before, time.process_time() - create_cpu
+        split = {k: v - split_before.get(k, 0.0) for k, v in _cpu_split(workers).items()}
         ours = count / ours_s
         results["B6"] = {
             "tasks_per_s": ours,
@@ -97,6 +100,10 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
             "worker_cpu_ms_per_task": 1000 * ours_cpu / count,
             "worker_cpu_ms_per_noop_job": 1000 * raw_cpu / count,
             "creator_cpu_ms_per_task": 1000 * create_cpu / count,
+            # The same workers' CPU by process (Celery's main processes, their pool children)
+            # and by kind (user, system: the kernel's share, sockets mostly).
+            "worker_cpu_ms_per_task_split": {k: 1000 * v / count for k, v in split.items()},
+            "worker_cpu_ms_per_noop_job_split": {k: 1000 * v / count for k, v in raw_split.items()},
         }
     finally:
         for worker in workers:
@@ -108,6 +115,28 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
 def _cpu_s(workers: list[subprocess.Popen[bytes]]) -> float:
     """User + system CPU seconds of the worker processes and their pool children so far."""
     return tree_cpu_s({worker.pid for worker in workers})
+
+
+def _cpu_split(workers: list[subprocess.Popen[bytes]]) -> dict[str, float]:
+    """CPU seconds so far of the workers' main processes and of their pool children, user and
+    system apart (a child that exited is not counted: the pools do not recycle children here)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    mains = {worker.pid for worker in workers}
+    split: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()  # [1]: the parent
+        role = "main" if int(entry.name) in mains else "pool" if int(fields[1]) in mains else ""
+        if role:
+            for kind, index in (("user", 11), ("system", 12)):
+                key = f"{role}_{kind}"
+                split[key] = split.get(key, 0.0) + int(fields[index]) / tick
+    return split
 
 
 POLL_S = 0.05

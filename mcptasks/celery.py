@@ -8,10 +8,63 @@ import os
 from typing import Any
 
 from celery import Celery, signals
+from celery.fixups import django as django_fixups
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mcptasks.settings")
 
-app = Celery("mcptasks")
+
+class WorkerDatabaseFixup(django_fixups.DjangoWorkerFixup):
+    """Celery's Django fix-up of a worker, except at a task's start and end: there the process's
+    database connections are kept as Django keeps them between requests
+    (``close_old_connections``: closed only when broken, left in a transaction or past
+    ``CONN_MAX_AGE``; a connection of the pool goes back to it), and so is the pool.
+
+    Celery's own closes every connection before and after each task and, in a prefork child
+    with Django's pool, the pool as well (celery#10554): each task then opened a new pool, its
+    threads and a new PostgreSQL session — most of a no-op task's CPU in the worker (issue 23).
+    A pool inherited from the parent is still closed in each new child (``worker_process_init``,
+    unchanged), and so are the connections before beat's embedded start."""
+
+    def on_task_prerun(self, sender: Any, **kwargs: Any) -> None:
+        if not getattr(sender.request, "is_eager", False):
+            close_old_connections()
+
+    def on_task_postrun(self, sender: Any, **kwargs: Any) -> None:
+        if not getattr(sender.request, "is_eager", False):
+            close_old_connections()
+            self.close_cache()
+
+
+class DjangoFixup(django_fixups.DjangoFixup):
+    """Celery's Django fix-up, its worker part :class:`WorkerDatabaseFixup`."""
+
+    _worker_fixup: django_fixups.DjangoWorkerFixup | None
+
+    @property
+    def worker_fixup(self) -> django_fixups.DjangoWorkerFixup:
+        if self._worker_fixup is None:
+            self._worker_fixup = WorkerDatabaseFixup(self.app)
+        return self._worker_fixup
+
+    @worker_fixup.setter
+    def worker_fixup(self, value: django_fixups.DjangoWorkerFixup) -> None:
+        self._worker_fixup = value
+
+
+def django_fixup(celery_app: Celery) -> DjangoFixup | None:
+    """What ``celery.fixups.django:fixup`` does, with :class:`DjangoFixup`."""
+    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        return None
+    return DjangoFixup(celery_app).install()
+
+
+def close_old_connections() -> None:
+    from django.db import close_old_connections as close
+
+    close()
+
+
+app = Celery("mcptasks", fixups=["mcptasks.celery:django_fixup"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["mcptasks"], related_name="jobs")
 

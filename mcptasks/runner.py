@@ -8,6 +8,7 @@ their recorded outcome — and ends by completing, failing or suspending the tas
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -21,7 +22,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from audit.record import Actor
-from mcptasks import approval_policies, failures, lifecycle, tracing
+from mcptasks import approval_policies, db_retry, failures, lifecycle, tracing
 from mcptasks.interrupt import async_raise
 from mcptasks.lifecycle import error_object
 from mcptasks.lifecycle.execution import claim
@@ -84,6 +85,10 @@ class _LeaseRenewer:
         self.changed = threading.Condition()
         self.due: dict[tuple[str, int], _Running] = {}
         self.thread: threading.Thread | None = None
+        # When the thread's wait ends (monotonic; inf: it waits for an attempt). An attempt due
+        # no sooner needs no wake-up: a no-op task's attempt ended before its first renewal, and
+        # waking the thread for each one cost that task a thread switch and the GIL.
+        self.wakes_at = math.inf
 
     def add(self, task_id: str, attempt: int, limit_s: float | None = None) -> _Running:
         interval = max(min(settings.MCPTASKS_LEASE_RENEW_S, settings.MCPTASKS_LEASE_S / 3), 0.5)
@@ -98,7 +103,8 @@ class _LeaseRenewer:
                     target=self._loop, daemon=True, name="mcptasks-lease-renewer"
                 )
                 self.thread.start()
-            self.changed.notify()
+            if running.next_at() < self.wakes_at:
+                self.changed.notify()
         return running
 
     def discard(self, task_id: str, attempt: int) -> None:
@@ -120,9 +126,11 @@ class _LeaseRenewer:
                         running.renew_at = now + running.interval
                         ready.append((key, running, False))
                 if ready:
+                    self.wakes_at = -math.inf  # busy: it looks at the attempts again after
                     return ready
-                soonest = min((r.next_at() for r in self.due.values()), default=None)
-                self.changed.wait(None if soonest is None else soonest - now)
+                soonest = min((r.next_at() for r in self.due.values()), default=math.inf)
+                self.wakes_at = soonest
+                self.changed.wait(None if soonest == math.inf else soonest - now)
 
     def _loop(self) -> None:
         while True:
@@ -196,8 +204,14 @@ def run_attempt(task_id: str, worker: str | None = None) -> tuple[str | None, bo
     """:func:`run_task`, and whether the attempt's claim left its tenant or principal at a
     running cap (False when it was not claimed)."""
     started_ns = tracing.now_ns()
+    name = worker or worker_name()
     try:
-        claimed = claim(task_id=task_id, worker=worker or worker_name())
+        # The worker keeps its connections between tasks (celery.WorkerDatabaseFixup): one the
+        # server dropped while idle fails the claim's first statement, a read, and the claim
+        # is then made on a fresh connection (once it wrote, it is not repeated).
+        claimed = db_retry.run(
+            lambda: claim(task_id=task_id, worker=name), safe=False, what=f"claim of {task_id}"
+        )
     except lifecycle.LifecycleError:
         return None, False
     task = claimed.task

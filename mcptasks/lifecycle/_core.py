@@ -159,9 +159,14 @@ def _supersede_pending(task_id: str) -> None:
 
 def _lease_deadline(seconds: int | None = None) -> ExpressionWrapper:
     """Lease expiry judged by the database clock, not the worker's."""
+    return _deadline_after(seconds or settings.MCPTASKS_LEASE_S)
+
+
+@functools.lru_cache(maxsize=16)
+def _deadline_after(seconds: int) -> ExpressionWrapper:
+    # One expression per lease length: its identity (an update plan's key) is computed once.
     return ExpressionWrapper(
-        Now() + Value(timedelta(seconds=seconds or settings.MCPTASKS_LEASE_S)),
-        output_field=DateTimeField(),
+        Now() + Value(timedelta(seconds=seconds)), output_field=DateTimeField()
     )
 
 
@@ -202,17 +207,35 @@ def _apply(
         fields["search_status"] = search.status_text(fields["status_message"])
     if fence is None and "lease_expires_at" in fields and fields["lease_expires_at"] is None:
         _remember_leaving_lease(task_id)
+    values = {"state": target, "version": _NEXT_VERSION, "updated_at": timezone.now(), **fields}
+    plan = None
+    if where is None and connection.vendor == "postgresql":
+        plan = _update_plan(task_id, tuple(sorted(source_states)), fence, values)
+    if plan is not None:
+        task = plan.run(task_id, fence, values)
+    else:
+        task = _update_returning(task_id, _moved_rows(task_id, source_states, fence, where), values)
+    if task is None:
+        raise _refusal(task_id, verb, fence)
+    metrics.TRANSITIONS.labels(verb=verb).inc()
+    return task
+
+
+_NEXT_VERSION = F("version") + 1
+_ID, _ATTEMPT = Task._meta.get_field("id"), Task._meta.get_field("attempt")
+
+
+def _moved_rows(
+    task_id: str, source_states: Iterable[str], fence: int | None, where: Q | None
+) -> QuerySet[Task]:
+    """The task, if it is in one of ``source_states`` (and held by attempt ``fence``, and
+    matches ``where``): what a move updates."""
     rows = Task.objects.filter(pk=task_id, state__in=source_states)
     if fence is not None:
         rows = rows.filter(attempt=fence)
     if where is not None:
         rows = rows.filter(where)
-    values = {"state": target, "version": F("version") + 1, "updated_at": timezone.now()}
-    task = _update_returning(task_id, rows, {**values, **fields})
-    if task is None:
-        raise _refusal(task_id, verb, fence)
-    metrics.TRANSITIONS.labels(verb=verb).inc()
-    return task
+    return rows
 
 
 def _update_returning(task_id: str, rows: QuerySet[Task], values: dict[str, Any]) -> Task | None:
@@ -223,6 +246,12 @@ def _update_returning(task_id: str, rows: QuerySet[Task], values: dict[str, Any]
         if rows.update(**values) != 1:
             return None
         return Task.objects.select_related("tenant").get(pk=task_id)
+    sql, params = _update_statement(rows, values)
+    return _run_returning(sql, params)
+
+
+def _update_statement(rows: QuerySet[Task], values: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The ORM's UPDATE of ``rows`` to ``values``, returning the task joined to its tenant."""
     query: UpdateQuery = rows.query.chain(UpdateQuery)  # type: ignore[assignment]
     query.add_update_values(values)
     compiler = query.get_compiler(connection=connection)
@@ -234,15 +263,110 @@ def _update_returning(task_id: str, rows: QuerySet[Task], values: dict[str, Any]
         f"SELECT moved.*, {', '.join(tenant_plan.columns)} FROM moved "
         f'JOIN "{Tenant._meta.db_table}" n ON n."id" = moved."tenant_id"'
     )
+    return sql, list(params)
+
+
+def _run_returning(sql: str, params: Sequence[Any]) -> Task | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
+    task_plan, tenant_plan = _returning_plans()
     size = len(task_plan.columns)
     task = task_plan.instance(row[:size])
     Task.tenant.field.set_cached_value(task, tenant_plan.instance(row[size:]))
     return task
+
+
+# What an update plan binds per value it sets: the field's value (None: the value is bound,
+# prepared by its field) or the constant parameters of an expression (its SQL is in the plan).
+_Binding = tuple[Any, "tuple[Any, ...] | None"]
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """A move's statement, compiled by the ORM once per process for its shape (issue 23): the
+    fields it sets (each a bound value, NULL, or an expression: the same expression each time),
+    the states it moves from and whether it is fenced. A move of that shape then binds its
+    values without the ORM's compile — on the worker's hot path (claim, complete) that compile
+    cost about as much as the statement's round trip."""
+
+    sql: str
+    bindings: tuple[_Binding, ...]  # one per value set, in the statement's order
+    states: tuple[str, ...]
+
+    def params(self, task_id: str, fence: int | None, values: Mapping[str, Any]) -> list[Any]:
+        params: list[Any] = []
+        for (field, constant), value in zip(self.bindings, values.values(), strict=True):
+            if constant is not None:
+                params.extend(constant)
+            elif value is not None:
+                params.append(field.get_db_prep_save(value, connection))
+        # The WHERE's values as the ORM binds a lookup's (an attempt as an Int4).
+        params += [_ID.get_db_prep_value(task_id, connection), *self.states]
+        if fence is not None:
+            params.append(_ATTEMPT.get_db_prep_value(fence, connection))
+        return params
+
+    def run(self, task_id: str, fence: int | None, values: Mapping[str, Any]) -> Task | None:
+        return _run_returning(self.sql, self.params(task_id, fence, values))
+
+
+def _update_plan(
+    task_id: str, states: tuple[str, ...], fence: int | None, values: Mapping[str, Any]
+) -> UpdatePlan | None:
+    """The plan of a move of this shape (built, and checked against the ORM, on first use), or
+    None when the shape cannot be planned (then the ORM compiles the move each time)."""
+    shape = []
+    for name, value in values.items():
+        if hasattr(value, "resolve_expression"):
+            kind: Any = getattr(value, "identity", None)
+            if kind is None:
+                return None  # an expression that cannot say whether it is the same
+        elif hasattr(value, "prepare_database_save"):
+            return None  # a model instance: the ORM binds its key
+        else:
+            kind = value is None
+        shape.append((name, kind))
+    key = (tuple(shape), states, fence is not None)
+    if key not in _update_plans:
+        _update_plans[key] = _new_update_plan(task_id, states, fence, values)
+    return _update_plans[key]
+
+
+_update_plans: dict[tuple[Any, ...], UpdatePlan | None] = {}
+
+
+def _new_update_plan(
+    task_id: str, states: tuple[str, ...], fence: int | None, values: Mapping[str, Any]
+) -> UpdatePlan | None:
+    sql, params = _update_statement(_moved_rows(task_id, states, fence, None), dict(values))
+    query = Task.objects.none().query.chain(UpdateQuery)
+    compiler = query.get_compiler(connection=connection)
+    bindings: list[_Binding] = []
+    for name, value in values.items():
+        field = Task._meta.get_field(name)
+        if hasattr(field, "get_placeholder"):
+            return None  # its SQL may depend on the value
+        if hasattr(value, "resolve_expression"):
+            resolved = value.resolve_expression(query, allow_joins=False, for_save=True)
+            bindings.append((field, tuple(compiler.compile(resolved)[1])))
+        else:
+            bindings.append((field, None))
+    plan = UpdatePlan(sql, tuple(bindings), states)
+    # The plan binds what the ORM bound, or it is not used.
+    if list(map(_comparable, plan.params(task_id, fence, values))) != list(
+        map(_comparable, params)
+    ):
+        log.warning("a move's statement could not be planned", extra={"sql": sql})
+        return None
+    return plan
+
+
+def _comparable(param: Any) -> Any:
+    """A bound value as compared: psycopg's JSON wrappers by what they wrap."""
+    return (type(param), getattr(param, "obj", param))
 
 
 @dataclass(frozen=True)
