@@ -52,7 +52,6 @@ def test_stale_attempt_after_sigcont_writes_nothing_and_new_attempt_finishes(
     app_name = f"{harness.WORKER_APP_PREFIX}{stopped.name.split('#')[0]}"
     stale_backends = checks.backends_of(write_log, app_name)
     assert stale_backends, "the stopped worker holds no database connection"
-    (stop_clock,) = write_log.execute("SELECT clock_timestamp()").fetchone()
     stopped.signal_all(signal.SIGSTOP)
     stopped_at, stopped_wall = time.monotonic(), time.time()
 
@@ -68,6 +67,10 @@ def test_stale_attempt_after_sigcont_writes_nothing_and_new_attempt_finishes(
     takeover_s = time.monotonic() - stopped_at
     new_attempt = Task.objects.values_list("attempt", flat=True).get(pk=task_id)
     assert other.owns(_calls(write_log, key)[-1][0])
+    # The line between the attempt's own writes and stale ones: the stopped worker can write
+    # nothing from here until SIGCONT. (Read before SIGSTOP, it also counted a write the attempt
+    # sent in the instant before the signal landed, while it still held its lease.)
+    (resume_clock,) = write_log.execute("SELECT clock_timestamp()").fetchone()
     stopped.signal_all(signal.SIGCONT)
     resumed_at = time.monotonic()
 
@@ -85,7 +88,7 @@ def test_stale_attempt_after_sigcont_writes_nothing_and_new_attempt_finishes(
         return write_log.execute(
             "SELECT tbl, op, task_id FROM fault_write_log WHERE backend = ANY(%s) "
             f"AND at {'>' if after else '<='} %s",
-            (stale_backends, stop_clock),
+            (stale_backends, resume_clock),
         ).fetchall()
 
     accepted = stale_writes(after=True)
