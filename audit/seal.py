@@ -31,7 +31,7 @@ from django.db import connection, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
-from audit.chain import body_of_row, link_hash
+from audit.chain import BODY_FIELDS, body_of_row, link_hash
 from audit.models import AuditEvent, ChainHead
 
 log = logging.getLogger(__name__)
@@ -41,18 +41,8 @@ BATCH = 1000  # events sealed per transaction
 # ``last_seq``. The outbox's audit streams listen (mcptasks/outbox/writer.py).
 sealed = Signal()
 
-# The body columns of an unsealed event, in :data:`audit.chain.BODY_FIELDS` order minus ``seq``.
-_UNSEALED_BODY = (
-    "created_at",
-    "tenant_id",
-    "actor_kind",
-    "actor_id",
-    "actor_display",
-    "action",
-    "task_id",
-    "data",
-    "request_id",
-)
+# The body columns of an unsealed event: every one but ``chain`` and ``seq``, in order.
+_UNSEALED_BODY = BODY_FIELDS[2:]
 
 
 def seal_chain(chain: str, *, limit: int = BATCH) -> int | None:

@@ -58,10 +58,9 @@ def stop_group(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
             process.wait(timeout=5)
 
 
-def tree_cpu_s(pids: set[int]) -> float:
-    """User + system CPU seconds so far of ``pids``, their children and their sessions."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
+def process_stats() -> Iterator[tuple[int, list[str]]]:
+    """Every live process as ``(pid, fields of /proc/<pid>/stat after the command name)``:
+    [1] is the parent, [3] the session, [11] and [12] user and system CPU in clock ticks."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -69,8 +68,15 @@ def tree_cpu_s(pids: set[int]) -> float:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # [1]: the parent, [3]: the session
-        if int(entry.name) in pids or int(fields[1]) in pids or int(fields[3]) in pids:
+        yield int(entry.name), stat[stat.rfind(")") + 2 :].split()
+
+
+def tree_cpu_s(pids: set[int]) -> float:
+    """User + system CPU seconds so far of ``pids``, their children and their sessions."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid, fields in process_stats():
+        if pid in pids or int(fields[1]) in pids or int(fields[3]) in pids:
             total += (int(fields[11]) + int(fields[12])) / tick
     return total
 

@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import BIN, REPO, RESULTS, bench_database, bench_env, tree_cpu_s
+from bench.common import (
+    BIN,
+    REPO,
+    RESULTS,
+    bench_database,
+    bench_env,
+    process_stats,
+    tree_cpu_s,
+)
 
 
 def server_env(url: str) -> dict[str, str]:
@@ -123,15 +131,8 @@ def _cpu_split(workers: list[subprocess.Popen[bytes]]) -> dict[str, float]:
     tick = os.sysconf("SC_CLK_TCK")
     mains = {worker.pid for worker in workers}
     split: dict[str, float] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # [1]: the parent
-        role = "main" if int(entry.name) in mains else "pool" if int(fields[1]) in mains else ""
+    for pid, fields in process_stats():
+        role = "main" if pid in mains else "pool" if int(fields[1]) in mains else ""
         if role:
             for kind, index in (("user", 11), ("system", 12)):
                 key = f"{role}_{kind}"
