@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,24 +11,9 @@ from django.db import OperationalError, connection, transaction
 
 from audit.models import AuditEvent, ChainHead
 from audit.record import Actor, record
+from tests.audit.threads import in_thread
 
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
-
-
-def _in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = target()
-        except Exception as exc:
-            outcome["error"] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
 
 
 def _record_with_lock_timeout(tenant: Any) -> int:
@@ -65,15 +49,15 @@ def test_a_writer_of_globex_does_not_wait_for_a_transaction_holding_acmes_head(
             held.set()
             release.wait(30)
 
-    holder, holder_outcome = _in_thread(hold_acme_head)
+    holder, holder_outcome = in_thread(hold_acme_head)
     try:
         assert held.wait(10)
-        writer, outcome = _in_thread(lambda: _record_with_lock_timeout(globex))
+        writer, outcome = in_thread(lambda: _record_with_lock_timeout(globex))
         writer.join(10)
         assert not writer.is_alive() and "error" not in outcome, outcome
         assert outcome["result"] == 2
         # The control: a writer of acme does wait, so the lock really is held.
-        blocked, blocked_outcome = _in_thread(lambda: _record_with_lock_timeout(acme))
+        blocked, blocked_outcome = in_thread(lambda: _record_with_lock_timeout(acme))
         blocked.join(10)
         assert isinstance(blocked_outcome.get("error"), OperationalError)
     finally:
@@ -110,7 +94,7 @@ def test_concurrent_writers_of_one_chain_never_fork_it(cast: dict[str, Any]) -> 
         return events_each
 
     stale = record_module._heads.get(chain)
-    threads = [_in_thread(write) for _ in range(writers)]
+    threads = [in_thread(write) for _ in range(writers)]
     for thread, _ in threads:
         thread.join(60)
     assert all(o.get("result") == events_each for _, o in threads), [o for _, o in threads]

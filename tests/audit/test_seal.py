@@ -27,6 +27,7 @@ from audit.export import ExportFilters, ExportStream
 from audit.models import AuditEvent, ChainHead
 from audit.record import Actor, record
 from mcptasks import sweeps
+from tests.audit.threads import in_thread
 
 ACME = "tenant:acme"
 
@@ -312,22 +313,6 @@ def no_sealer_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(seal._sealer, "wake", lambda chain: None)
 
 
-def _in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["result"] = target()
-        except Exception as exc:
-            outcome["error"] = exc
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    return thread, outcome
-
-
 @pytest.mark.pg
 @pytest.mark.django_db(transaction=True)
 def test_two_open_transactions_of_one_tenant_both_insert_events_without_waiting(
@@ -346,10 +331,10 @@ def test_two_open_transactions_of_one_tenant_both_insert_events_without_waiting(
             release.wait(30)
             return pk
 
-    first, first_outcome = _in_thread(open_transaction)
+    first, first_outcome = in_thread(open_transaction)
     try:
         assert inserted.wait(10)
-        second, second_outcome = _in_thread(lambda: _record_in_transaction(acme))
+        second, second_outcome = in_thread(lambda: _record_in_transaction(acme))
         second.join(10)
         assert not second.is_alive() and "error" not in second_outcome, second_outcome
     finally:
@@ -385,7 +370,7 @@ def test_two_sealers_at_once_never_fork_a_chain(
             total += seal.seal_chain(ACME, limit=7) or 0
         return total
 
-    threads = [_in_thread(sealer) for _ in range(2)]
+    threads = [in_thread(sealer) for _ in range(2)]
     for thread, _ in threads:
         thread.join(60)
     outcomes = [outcome for _, outcome in threads]
