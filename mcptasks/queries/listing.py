@@ -324,8 +324,10 @@ def audit_page(
     newer_than: str | None = None,
     limit: int = PAGE_SIZE,
 ) -> Page:
-    """One page of the audit events ``user`` may read, newest first (by insertion order, the
-    primary key, which within a chain is the sequence order)."""
+    """One page of the audit events ``user`` may read, newest first by insertion order (the
+    primary key). Within a chain that is the sequence order, except where transactions
+    committed out of id order: the sealer numbers committed events, so such an event's ``seq``
+    follows those sealed before it committed (audit/seal.py)."""
     rows = access.visible_audit_events(user).filter(filters.q()).defer("prev_hash")
     after = _id_cursor(older_than)
     before = _id_cursor(newer_than) if after is None else None
