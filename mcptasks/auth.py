@@ -11,10 +11,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, connections, transaction
-from django.db.models.base import ModelState
 
 from mcptasks.models import ApiToken, Membership, Role, Task, Tenant, scope_covers
 from mcptasks.oauth import JwtRejected, jwt_configured, validate_jwt
+from mcptasks.rowplan import RowPlan
 
 MCP_SCOPE = "mcp"
 CONFORMANCE_USER = "conformance"
@@ -84,9 +84,6 @@ def _load_token(lookup: str) -> ApiToken | None:
     return None if row is None else row.token
 
 
-Part = tuple[Any, tuple[str, ...], list[tuple[int, Any]]]
-
-
 @dataclass(frozen=True)
 class TokenRow:
     """A token row as objects: the token (its ``user`` and ``tenant`` set), whether the token's
@@ -107,7 +104,7 @@ class TokenRowPlan:
     owner's task to the same row."""
 
     statement: str
-    parts: tuple[Part, ...]  # token, user, tenant[, task]: model, attnames, converters
+    parts: tuple[RowPlan, ...]  # token, user, tenant[, task]
     alias: str
 
     @property
@@ -120,29 +117,16 @@ class TokenRowPlan:
     def objects(self, row: Sequence[Any]) -> TokenRow:
         start, loaded = 0, []
         for part in self.parts[:3]:
-            loaded.append(self._instance(part, row[start : start + len(part[1])]))
-            start += len(part[1])
+            loaded.append(part.instance(row[start : start + len(part.columns)]))
+            start += len(part.columns)
         token, user, tenant = loaded
         token.user, token.tenant = user, tenant
         member = bool(row[start])
         if not self.joins_task:
             return TokenRow(token, member=member)
         values = row[start + 1 :]
-        task = None if values[0] is None else self._instance(self.parts[3], values)
+        task = None if values[0] is None else self.parts[3].instance(values)
         return TokenRow(token, member=member, task=task)
-
-    def _instance(self, part: Part, values: Sequence[Any]) -> Any:
-        """What ``model.from_db`` builds from these columns (any others deferred), with the
-        ORM's converters, without its pass through ``Model.__init__``."""
-        model, attnames, converters = part
-        values = list(values)
-        for index, convert in converters:
-            values[index] = convert(values[index])
-        instance = model.__new__(model)
-        instance._state = ModelState()
-        instance._state.adding, instance._state.db = False, self.alias
-        instance.__dict__.update(zip(attnames, values, strict=True))
-        return instance
 
 
 @dataclass(frozen=True)
@@ -163,15 +147,15 @@ def token_row_plan(alias: str, fields: RowFields = RowFields()) -> TokenRowPlan:
     first: ``plan.params``)."""
     db = connections[alias]
     user_model = get_user_model()
-    columns: list[str] = []
-    parts: list[Part] = []
+    parts: list[RowPlan] = []
     tables: list[tuple[Any, str, frozenset[str] | None]] = [
         (ApiToken, "t", fields.token),
         (user_model, "u", fields.user),
         (Tenant, "n", fields.tenant),
     ]
     for model, alias_, names in tables:
-        columns += _part(db, model, alias_, names, parts)
+        parts.append(RowPlan.of(model, alias_, names=names, db=db))
+    columns = [column for part in parts for column in part.columns]
     # Is the token's owner still a member of its tenant (a token acts only while they are)?
     columns.append(
         f'EXISTS (SELECT 1 FROM "{Membership._meta.db_table}" m '  # noqa: S608
@@ -179,7 +163,8 @@ def token_row_plan(alias: str, fields: RowFields = RowFields()) -> TokenRowPlan:
     )
     joins = ""
     if fields.task:
-        columns += _part(db, Task, "k", fields.task, parts)
+        parts.append(RowPlan.of(Task, "k", names=fields.task, db=db))
+        columns += parts[-1].columns
         # Only the token owner's own task in the token's tenant is read: a foreign task's row
         # is never fetched, so "not yours" and "not there" cost this statement the same.
         joins = (
@@ -197,32 +182,6 @@ def token_row_plan(alias: str, fields: RowFields = RowFields()) -> TokenRowPlan:
         f'WHERE t."lookup" = %s'
     )
     return TokenRowPlan(statement=statement, parts=tuple(parts), alias=alias)
-
-
-def _part(
-    db: Any, model: Any, alias: str, names: frozenset[str] | None, parts: list[Part]
-) -> list[str]:
-    """Append ``model``'s part (its fields in model order, ``names`` only if given, and the
-    converters the ORM would apply to each column — the backend's, then the field's, as
-    ``SQLCompiler.get_converters`` does); return its columns."""
-    fields = [f for f in model._meta.concrete_fields if names is None or f.attname in names]
-    converters = []
-    for index, field in enumerate(fields):
-        col = field.get_col(alias)
-        chain = db.ops.get_db_converters(col) + col.get_db_converters(db)
-        if chain:
-            converters.append((index, _converter(chain, col, db)))
-    parts.append((model, tuple(f.attname for f in fields), converters))
-    return [f'{alias}."{field.column}"' for field in fields]
-
-
-def _converter(chain: list[Any], col: Any, db: Any) -> Any:
-    def convert(value: Any) -> Any:
-        for step in chain:
-            value = step(value, col, db)
-        return value
-
-    return convert
 
 
 def verify_token(token: ApiToken, secret: str, scope: str) -> None:

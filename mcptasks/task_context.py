@@ -19,7 +19,6 @@ from django.utils.dateparse import parse_datetime
 from audit.record import Actor
 from mcptasks import approval_policies, lifecycle, tracing
 from mcptasks.lifecycle import InputSpec
-from mcptasks.lifecycle._core import RowPlan
 from mcptasks.models import (
     Audience,
     Effect,
@@ -32,6 +31,7 @@ from mcptasks.models import (
     TaskStep,
 )
 from mcptasks.progress import Progress
+from mcptasks.rowplan import RowPlan
 from mcptasks.tools.context import (
     ELICIT,
     ROOTS,

@@ -29,7 +29,6 @@ from django.db.models import (
     Subquery,
     Value,
 )
-from django.db.models.base import ModelState
 from django.db.models.functions import Coalesce, Now
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
@@ -46,6 +45,7 @@ from mcptasks.models import (
     TaskState,
     Tenant,
 )
+from mcptasks.rowplan import RowPlan
 
 log = logging.getLogger(__name__)
 
@@ -367,41 +367,6 @@ def _new_update_plan(
 def _comparable(param: Any) -> Any:
     """A bound value as compared: psycopg's JSON wrappers by what they wrap."""
     return (type(param), getattr(param, "obj", param))
-
-
-@dataclass(frozen=True)
-class RowPlan:
-    """How one model's instance is built from its columns in a raw row: the ORM's converters
-    of each field (the backend's, then the field's), without a pass through ``__init__``."""
-
-    model: Any
-    columns: tuple[str, ...]
-    attnames: tuple[str, ...]
-    converters: tuple[tuple[int, tuple[Any, ...], Any], ...]  # (index, chain, column)
-
-    @classmethod
-    def of(cls, model: Any, table: str) -> RowPlan:
-        """The plan of all ``model``'s fields, its columns named by ``table`` (quoted)."""
-        fields = model._meta.concrete_fields
-        converters = []
-        for index, field in enumerate(fields):
-            col = field.get_col(table)
-            chain = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
-            if chain:
-                converters.append((index, tuple(chain), col))
-        columns = tuple(f'{table}."{f.column}"' for f in fields)
-        return cls(model, columns, tuple(f.attname for f in fields), tuple(converters))
-
-    def instance(self, row: Sequence[Any]) -> Any:
-        values = list(row)
-        for index, chain, col in self.converters:
-            for step in chain:
-                values[index] = step(values[index], col, connection)
-        instance = self.model.__new__(self.model)
-        instance._state = ModelState()
-        instance._state.adding, instance._state.db = False, connection.alias
-        instance.__dict__.update(zip(self.attnames, values, strict=True))
-        return instance
 
 
 @functools.cache
