@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from mcptasks import runner
 
 
 @pytest.fixture
-def renewer(monkeypatch, settings) -> Any:
+def renewer(monkeypatch, settings) -> Iterator[Any]:
     settings.MCPTASKS_LEASE_RENEW_S = 0.5  # the shortest interval the renewer uses
     seen: list[tuple[str, str, float]] = []
     overran = threading.Event()
@@ -38,7 +39,11 @@ def renewer(monkeypatch, settings) -> Any:
 
     monkeypatch.setattr(instance.changed, "notify", counted)
     instance.seen, instance.overran, instance.notified = seen, overran, notified
-    return instance
+    yield instance
+    # Its thread outlives the test: left with attempts, it would renew them with the real
+    # task_renew_lease every 0.5 s (and log a failure each time) for the rest of the run.
+    with instance.changed:
+        instance.due.clear()
 
 
 def _waiting(instance: Any) -> None:
