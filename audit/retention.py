@@ -29,7 +29,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Count, Max, Q
@@ -177,7 +176,6 @@ def _purge_chain(
             cutoff=cutoff,
             older_than_days=older_than_days,
             actor=actor,
-            extra={"stopped_by_hold": held_by} if held_by is not None else {},
             held_by=held_by,
         )
 
@@ -193,12 +191,12 @@ def _checkpoint(
     cutoff: datetime,
     older_than_days: int,
     actor: Actor,
-    extra: dict[str, Any],
     held_by: int | None = None,
     partition: str | None = None,
 ) -> PurgeResult:
-    """After a purge of ``chain`` up to ``last_seq``, in its transaction: the checkpoint, and
-    the ``audit.purged`` event that attests it."""
+    """After a purge of ``chain`` up to ``last_seq`` (stopped by the task hold ``held_by``, or
+    by dropping ``partition``), in its transaction: the checkpoint, and the ``audit.purged``
+    event that attests it."""
     RetentionCheckpoint.objects.create(
         chain=chain, seq=last_seq, hash=last_hash, purged=purged, cutoff=cutoff
     )
@@ -212,7 +210,8 @@ def _checkpoint(
             "purged": purged,
             "older_than_days": older_than_days,
             "cutoff": cutoff.isoformat(),
-            **extra,
+            **({"stopped_by_hold": held_by} if held_by is not None else {}),
+            **({"partition": partition} if partition is not None else {}),
         },
         inline=True,  # the checkpoint it attests must be attested from the moment it exists
     )
@@ -359,7 +358,6 @@ def _drop(part: partitions.Partition, spans: dict[str, _Span], actor: Actor) -> 
                 cutoff=span.cutoff,
                 older_than_days=span.keep_days,
                 actor=actor,
-                extra={"partition": part.name},
                 partition=part.name,
             )
             for chain, span in spans.items()

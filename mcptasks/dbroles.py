@@ -66,8 +66,12 @@ def grant_app_role(connection: Any, role: str) -> None:
         schema = quote(cursor.fetchone()[0])
         who = quote(role)
         append_only = ", ".join(quote(table) for table in _append_only_tables())
-        cursor.execute("SELECT name FROM audit_partitions()")
-        event_partitions = [quote(row[0]) for row in cursor.fetchall()]
+        cursor.execute("SELECT to_regprocedure('audit_partitions()') IS NOT NULL")
+        partitioned = bool(cursor.fetchone()[0])  # audit migration 0008 applied
+        event_partitions = []
+        if partitioned:
+            cursor.execute("SELECT name FROM audit_partitions()")
+            event_partitions = [quote(row[0]) for row in cursor.fetchall()]
         statements = [
             f"GRANT USAGE ON SCHEMA {schema} TO {who}",
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {who}",
@@ -76,9 +80,12 @@ def grant_app_role(connection: Any, role: str) -> None:
             f"REVOKE UPDATE, DELETE, TRUNCATE ON {append_only} FROM {who}",
             f"GRANT EXECUTE ON FUNCTION {PURGE_FUNCTION} TO {who}",
             f"GRANT EXECUTE ON FUNCTION {SEAL_FUNCTION} TO {who}",
-            f"GRANT EXECUTE ON FUNCTION {ENSURE_PARTITIONS_FUNCTION} TO {who}",
-            f"GRANT EXECUTE ON FUNCTION {DROP_PARTITION_FUNCTION} TO {who}",
         ]
+        if partitioned:
+            statements += [
+                f"GRANT EXECUTE ON FUNCTION {ENSURE_PARTITIONS_FUNCTION} TO {who}",
+                f"GRANT EXECUTE ON FUNCTION {DROP_PARTITION_FUNCTION} TO {who}",
+            ]
         if event_partitions:  # granted by ALL TABLES above: the rows are reached via the parent
             statements.append(f"REVOKE ALL ON {', '.join(event_partitions)} FROM {who}")
         for statement in statements:

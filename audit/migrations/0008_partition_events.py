@@ -14,9 +14,11 @@ and a DEFAULT partition catches an event no monthly partition covers, so an inse
 What changes with it:
 
 - ``UNIQUE (chain, seq)`` cannot be global: each partition keeps a unique ``(chain, seq)``
-  index of its own, and the trigger ``audit_auditevent_seq_unique`` refuses a sealed event
-  whose ``(chain, seq)`` another partition already holds (writers of a chain are serialised by
-  its head lock, so that check cannot race).
+  index of its own; the trigger ``audit_auditevent_seq_unique`` refuses an INSERT of a sealed
+  event whose ``(chain, seq)`` another partition already holds, and ``audit_seal_events`` (the
+  one UPDATE: the application role holds no UPDATE privilege) refuses to give a seq its chain
+  already has, checked per chain rather than per row. Writers of a chain are serialised by its
+  head lock, so neither check can race.
 - The append-only trigger is created on the parent, so every partition, present or future,
   gets it; ``audit_refuse_change`` recognises an event partition by the trigger's argument.
 - ``audit_partitions()`` lists the partitions and their bounds; ``audit_drop_partition``
@@ -48,8 +50,10 @@ REFUSE_CHANGE = _FUNCTIONS_0007.split("CREATE OR REPLACE FUNCTION audit_seal_eve
 assert "TG_ARGV[0]" in REFUSE_CHANGE
 
 FUNCTIONS = r"""
+-- Index probes always (one per partition), whatever the statistics of a young partition say:
+-- a sequential scan per inserted row would make a bulk load quadratic.
 CREATE OR REPLACE FUNCTION audit_refuse_duplicate_seq() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM audit_auditevent
                WHERE chain = NEW.chain AND seq = NEW.seq AND id <> NEW.id) THEN
@@ -59,6 +63,42 @@ BEGIN
     RETURN NEW;
 END;
 $$;
+
+-- 0007's seal, refusing a seq its chain already has: in one statement with the UPDATE (whose
+-- outer query still sees the events as they were), per chain, not per row.
+CREATE OR REPLACE FUNCTION audit_seal_events(p_ids bigint[], p_seqs bigint[],
+                                             p_prev_hashes varchar[], p_hashes varchar[])
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public AS $$
+DECLARE
+    sealed_count bigint;
+    duplicate text;
+BEGIN
+    PERFORM set_config('mcptasks.audit_seal', 'on', true);
+    WITH sealed AS (
+        UPDATE audit_auditevent AS e
+           SET seq = v.seq, prev_hash = v.prev_hash, hash = v.hash
+          FROM unnest(p_ids, p_seqs, p_prev_hashes, p_hashes) AS v(id, seq, prev_hash, hash)
+         WHERE e.id = v.id AND e.seq IS NULL
+     RETURNING e.chain, e.seq
+    ), chains AS (
+        SELECT chain, min(seq) AS first_seq, count(*) AS n, count(DISTINCT seq) AS seqs
+          FROM sealed GROUP BY chain
+    )
+    SELECT coalesce(sum(n), 0),
+           min(chain) FILTER (WHERE seqs < n OR EXISTS (
+               SELECT 1 FROM audit_auditevent o WHERE o.chain = c.chain AND o.seq >= c.first_seq))
+      INTO sealed_count, duplicate
+      FROM chains c;
+    IF duplicate IS NOT NULL THEN
+        RAISE EXCEPTION 'audit chain % already has a seq this seal gives', duplicate
+            USING ERRCODE = 'unique_violation', CONSTRAINT = 'audit_chain_seq_unique';
+    END IF;
+    PERFORM set_config('mcptasks.audit_seal', 'off', true);
+    RETURN sealed_count;
+END;
+$$;
+REVOKE ALL ON FUNCTION audit_seal_events(bigint[], bigint[], varchar[], varchar[]) FROM PUBLIC;
 
 CREATE OR REPLACE FUNCTION audit_partitions()
 RETURNS TABLE (name text, lower_bound timestamptz, upper_bound timestamptz, is_default boolean)
@@ -123,7 +163,7 @@ CREATE OR REPLACE FUNCTION audit_drop_partition(p_partition text, p_chains varch
                                                 p_last_seqs bigint[], p_cutoffs timestamptz[])
 RETURNS TABLE (chain varchar, purged bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, public
-SET lock_timeout = '5s' AS $$
+SET lock_timeout = '1s' AS $$
 DECLARE
     other text;
     bad record;
@@ -226,7 +266,7 @@ def _partition(apps, schema_editor):
             " FOR EACH ROW EXECUTE FUNCTION audit_refuse_change('audit_auditevent')"
         )
         run(
-            f"CREATE TRIGGER audit_auditevent_seq_unique BEFORE INSERT OR UPDATE OF seq ON {TABLE}"
+            f"CREATE TRIGGER audit_auditevent_seq_unique BEFORE INSERT ON {TABLE}"
             " FOR EACH ROW WHEN (NEW.seq IS NOT NULL) EXECUTE FUNCTION audit_refuse_duplicate_seq()"
         )
         run(f"REVOKE ALL ON {LEGACY}, {DEFAULT} FROM PUBLIC")

@@ -124,6 +124,32 @@ def test_a_second_event_at_a_chains_seq_is_refused_in_any_partition(month2: date
     assert AuditEvent.objects.filter(chain="tenant:initech", seq=1).count() == 1
 
 
+def test_a_seal_giving_a_seq_its_chain_already_has_is_refused(
+    month2: datetime, settings: Any
+) -> None:
+    initech = tenant_at("initech", month2)
+    sealed = events_at(initech, month2 + timedelta(days=1), 2)  # seq 1, 2 in month2
+    settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 60_000
+    unsealed = events_at(initech, month(3) + timedelta(days=1), 2)  # next month's partition
+    settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 0
+    ids = [event.pk for event in unsealed]
+    for seqs in ([2, 3], [3, 3]):  # a seq of month2's partition; the same seq twice
+        with (
+            pytest.raises(IntegrityError, match=r"already has a seq|duplicate key"),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(
+                "SELECT audit_seal_events(%s::bigint[], %s::bigint[], %s::varchar[],"
+                " %s::varchar[])",
+                [ids, seqs, [sealed[-1].hash] * 2, ["f" * 64] * 2],
+            )
+    assert AuditEvent.objects.filter(pk__in=ids, seq__isnull=True).count() == 2
+    with time_machine.travel(month(3) + timedelta(days=2), tick=False):
+        assert seal_pending() >= 2
+    assert verify_chain("tenant:initech").ok
+
+
 def test_partitions_created_later_keep_the_append_only_rules_and_are_sealed(
     month2: datetime, settings: Any
 ) -> None:
@@ -233,12 +259,14 @@ def test_a_system_event_in_the_partition_keeps_it(month2: datetime) -> None:
     assert AuditEvent.objects.filter(chain="tenant:initech", action="task.created").count() == 0
 
 
-def test_a_legal_hold_stops_the_drop(month2: datetime) -> None:
+@pytest.mark.parametrize("scope", ["task", "tenant"])
+def test_a_legal_hold_stops_the_drop(month2: datetime, scope: str) -> None:
     initech = tenant_at("initech", month2)
     hooli = tenant_at("hooli", month2)
     events_at(initech, month2 + timedelta(days=2), 2)
     events_at(hooli, month2 + timedelta(days=2), 2, task_id="t-1")
-    place_hold(tenant_slug="hooli", task_id="t-1", reason="litigation", actor=SYSTEM)
+    task_id = "t-1" if scope == "task" else ""
+    place_hold(tenant_slug="hooli", task_id=task_id, reason="litigation", actor=SYSTEM)
     results = retention.purge_due(now=after_retention())
     assert partition_of(month2) in partition_names()
     assert all(r.partition is None for r in results)
