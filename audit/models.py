@@ -21,6 +21,11 @@ With ``MCPTASKS_AUDIT_SEAL_DELAY_MS`` > 0 an event is inserted *unsealed* (``seq
 ever gets (null to values, nothing else changed); rows are deleted only by retention
 (:mod:`audit.retention`), which leaves a :class:`RetentionCheckpoint`. On PostgreSQL a trigger
 enforces all three (migrations 0003, 0006).
+
+On PostgreSQL the table is partitioned by month of ``created_at`` (migration 0008,
+:mod:`audit.partitions`): there the primary key is ``(id, created_at)`` and ``(chain, seq)`` is
+unique per partition, with a trigger and the seal function refusing a ``seq`` another partition
+holds; Django's state below (``id`` the primary key, one unique constraint) is SQLite's table.
 """
 
 from __future__ import annotations

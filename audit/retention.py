@@ -10,6 +10,18 @@ application's role needs no DELETE on audit rows, deletes only a prefix of event
 cutoff, and sets ``mcptasks.audit_retention`` locally (the only way past the append-only trigger)
 around its own DELETE alone. Only sealed events are purged: the chain is sealed first, and the
 ``audit.purged`` event is sealed as it is recorded (audit/seal.py).
+
+On PostgreSQL the events are partitioned by month (:mod:`audit.partitions`), and
+:func:`purge_due` first drops whole partitions where it can (:func:`_drop_due_partitions`): a
+partition every event of which is past retention for its chain — every chain in it is a
+tenant's with a policy whose cutoff is after the partition's upper bound, under no legal hold,
+intact, sealed, and the partition holds a prefix of what is left of it (no straggler with a
+lower seq in another partition). For each chain it records the checkpoint and the
+``audit.purged`` event the row path records (its data also names the partition), in the
+transaction that detaches and drops the partition through the ``SECURITY DEFINER`` function
+``audit_drop_partition`` (migration 0008), so a crash leaves either all of it or none. The
+system chain has no retention, so a partition holding a system event is never dropped. What no
+partition drop covers is purged row by row as before.
 """
 
 from __future__ import annotations
@@ -18,12 +30,13 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from audit import holds
+from audit import holds, partitions
 from audit.chain import PURGED_ACTION, chain_for_tenant, latest_checkpoint, verify_chain
-from audit.models import AuditEvent, RetentionCheckpoint, RetentionPolicy
+from audit.models import AuditEvent, ChainHead, RetentionCheckpoint, RetentionPolicy
 from audit.record import Actor, record
 from audit.seal import seal_chains
 
@@ -48,6 +61,7 @@ class PurgeResult:
     checkpoint_hash: str
     event_seq: int | None  # the audit.purged event, None when nothing was old enough
     held_by: int | None = None  # a task hold that stopped the purge before its task's events
+    partition: str | None = None  # the partition dropped, when the purge dropped one
 
 
 def purge_tenant(
@@ -89,10 +103,14 @@ def purge_due(*, actor: Actor | None = None, now: datetime | None = None) -> lis
     A refused tenant (a broken chain) is logged as an error and skipped; the others proceed.
     """
     actor = actor or Actor.system("retention")
-    results = []
-    for slug, days in RetentionPolicy.objects.order_by("tenant__slug").values_list(
-        "tenant__slug", "keep_days"
-    ):
+    now = now or timezone.now()
+    policies = list(
+        RetentionPolicy.objects.order_by("tenant__slug").values_list(
+            "tenant_id", "tenant__slug", "keep_days"
+        )
+    )
+    results = _drop_due_partitions(policies, actor=actor, now=now)
+    for _, slug, days in policies:
         try:
             results.append(
                 purge_tenant(tenant_slug=slug, older_than_days=days, actor=actor, now=now)
@@ -148,23 +166,55 @@ def _purge_chain(
         if last_hash is None:  # cannot be: an event with a seq is sealed
             raise RetentionRefused(f"{chain} seq {last_seq} has no hash")
         purged = _delete_prefix(chain, last_seq, cutoff)
-        RetentionCheckpoint.objects.create(
-            chain=chain, seq=last_seq, hash=last_hash, purged=purged, cutoff=cutoff
-        )
-        event = record(
-            action=PURGED_ACTION,
-            actor=actor,
+        return _checkpoint(
+            chain=chain,
             tenant_id=tenant_id,
             tenant_slug=tenant_slug,
-            data={
-                "checkpoint": {"seq": last_seq, "hash": last_hash},
-                "purged": purged,
-                "older_than_days": older_than_days,
-                "cutoff": cutoff.isoformat(),
-                **({"stopped_by_hold": held_by} if held_by is not None else {}),
-            },
-            inline=True,  # the checkpoint it attests must be attested from the moment it exists
+            last_seq=last_seq,
+            last_hash=last_hash,
+            purged=purged,
+            cutoff=cutoff,
+            older_than_days=older_than_days,
+            actor=actor,
+            held_by=held_by,
         )
+
+
+def _checkpoint(
+    *,
+    chain: str,
+    tenant_id: int | None,
+    tenant_slug: str | None,
+    last_seq: int,
+    last_hash: str,
+    purged: int,
+    cutoff: datetime,
+    older_than_days: int,
+    actor: Actor,
+    held_by: int | None = None,
+    partition: str | None = None,
+) -> PurgeResult:
+    """After a purge of ``chain`` up to ``last_seq`` (stopped by the task hold ``held_by``, or
+    by dropping ``partition``), in its transaction: the checkpoint, and the ``audit.purged``
+    event that attests it."""
+    RetentionCheckpoint.objects.create(
+        chain=chain, seq=last_seq, hash=last_hash, purged=purged, cutoff=cutoff
+    )
+    event = record(
+        action=PURGED_ACTION,
+        actor=actor,
+        tenant_id=tenant_id,
+        tenant_slug=tenant_slug,
+        data={
+            "checkpoint": {"seq": last_seq, "hash": last_hash},
+            "purged": purged,
+            "older_than_days": older_than_days,
+            "cutoff": cutoff.isoformat(),
+            **({"stopped_by_hold": held_by} if held_by is not None else {}),
+            **({"partition": partition} if partition is not None else {}),
+        },
+        inline=True,  # the checkpoint it attests must be attested from the moment it exists
+    )
     return PurgeResult(
         chain=chain,
         purged=purged,
@@ -172,6 +222,7 @@ def _purge_chain(
         checkpoint_hash=last_hash,
         event_seq=event.seq,
         held_by=held_by,
+        partition=partition,
     )
 
 
@@ -183,3 +234,131 @@ def _delete_prefix(chain: str, last_seq: int, cutoff: datetime) -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT audit_purge_prefix(%s, %s, %s)", [chain, last_seq, cutoff])
         return int(cursor.fetchone()[0])
+
+
+# ---------------------------------------------------------------- whole partitions
+@dataclass(frozen=True)
+class _Span:
+    """A chain's events in a partition that retention may drop whole."""
+
+    tenant_id: int
+    tenant_slug: str
+    keep_days: int
+    cutoff: datetime
+    last_seq: int
+
+
+def _in(part: partitions.Partition) -> Q:
+    inside = Q(created_at__lt=part.upper)
+    return inside & Q(created_at__gte=part.lower) if part.lower is not None else inside
+
+
+def _outside(part: partitions.Partition) -> Q:
+    outside = Q(created_at__gte=part.upper)
+    return outside | Q(created_at__lt=part.lower) if part.lower is not None else outside
+
+
+def _drop_due_partitions(
+    policies: list[tuple[int, str, int]], *, actor: Actor, now: datetime
+) -> list[PurgeResult]:
+    """Drop, oldest first, every partition all of whose events are past retention (the module
+    docstring); one result per chain of each partition dropped. A partition that cannot be
+    dropped is left to the row path."""
+    if not partitions.partitioned():
+        return []
+    keep = {chain_for_tenant(slug): (tenant_id, slug, days) for tenant_id, slug, days in policies}
+    if not keep:
+        return []
+    oldest_cutoff = now - timedelta(days=min(days for _, _, days in policies))
+    results: list[PurgeResult] = []
+    for part in partitions.partitions():
+        if part.upper is None or part.upper > oldest_cutoff:
+            continue  # the DEFAULT partition, or one too young for any policy
+        spans = _droppable(part, keep, now)
+        if not spans:
+            continue
+        try:
+            results.extend(_drop(part, spans, actor))
+        except (DatabaseError, RetentionRefused) as exc:  # refused, or the table stayed busy
+            log.warning("audit retention kept partition %s: %s", part.name, exc)
+    return results
+
+
+def _droppable(
+    part: partitions.Partition, keep: dict[str, tuple[int, str, int]], now: datetime
+) -> dict[str, _Span] | None:
+    """Each chain of ``part`` with its span, if the whole partition may be dropped."""
+    if part.upper is None:
+        return None
+    upper = part.upper
+    events = AuditEvent.objects.filter(_in(part))
+    # Index probes first: a chain without retention (the system chain, a tenant with no
+    # policy) in the partition keeps it, and the full count below is not needed.
+    others = set(ChainHead.objects.values_list("chain", flat=True)) - set(keep)
+    if any(events.filter(chain=chain).exists() for chain in sorted(others)):
+        return None
+    seal_chains(sorted(set(events.filter(seq__isnull=True).values_list("chain", flat=True))))
+    rows = events.values("chain").annotate(n=Count("id"), sealed=Count("seq"), last=Max("seq"))
+    spans = {}
+    for row in rows.order_by("chain"):
+        chain, policy = row["chain"], keep.get(row["chain"])
+        if policy is None or row["sealed"] != row["n"]:
+            return None
+        tenant_id, slug, days = policy
+        cutoff = now - timedelta(days=days)
+        if cutoff < upper or holds.tenant_hold(tenant_id) is not None:
+            return None
+        held = holds.first_held_seq(chain, tenant_id)
+        if held is not None and held[0] <= row["last"]:
+            return None
+        # Seq follows id at seal time, not created_at: a straggler of the chain at or before
+        # the partition's last seq in a later partition means the partition is no prefix.
+        if AuditEvent.objects.filter(_outside(part), chain=chain, seq__lte=row["last"]).exists():
+            return None
+        spans[chain] = _Span(tenant_id, slug, days, cutoff, row["last"])
+    for chain in spans:
+        broken = verify_chain(chain).broken
+        if broken is not None:
+            log.error(
+                "audit retention refused for partition %s: broken chain %s", part.name, broken
+            )
+            return None
+    return spans
+
+
+def _drop(part: partitions.Partition, spans: dict[str, _Span], actor: Actor) -> list[PurgeResult]:
+    """Drop ``part`` and record each chain's checkpoint and ``audit.purged``, atomically."""
+    with transaction.atomic():
+        # The chains' heads first, then the table (DETACH locks it): the writers' order.
+        list(
+            ChainHead.objects.select_for_update()
+            .filter(chain__in=list(spans))
+            .order_by("chain")
+            .values_list("chain", flat=True)
+        )
+        last = Q(*[Q(chain=c, seq=span.last_seq) for c, span in spans.items()], _connector=Q.OR)
+        hashes = {
+            chain: digest
+            for chain, digest in AuditEvent.objects.filter(last).values_list("chain", "hash")
+            if digest is not None
+        }
+        if len(hashes) != len(spans):  # cannot be: the spans' events are sealed
+            raise RetentionRefused(f"{part.name}: a chain's last event has no hash")
+        purged = partitions.drop_partition(
+            part.name, {chain: (span.last_seq, span.cutoff) for chain, span in spans.items()}
+        )
+        return [
+            _checkpoint(
+                chain=chain,
+                tenant_id=span.tenant_id,
+                tenant_slug=span.tenant_slug,
+                last_seq=span.last_seq,
+                last_hash=hashes[chain],
+                purged=purged.get(chain, 0),
+                cutoff=span.cutoff,
+                older_than_days=span.keep_days,
+                actor=actor,
+                partition=part.name,
+            )
+            for chain, span in spans.items()
+        ]

@@ -11,6 +11,11 @@ On a throwaway PostgreSQL database (``BENCH_PG_SERVER``, dropped afterwards):
    moment the COMMIT returns — the span in which another writer of the same chain must wait —
    with one writer, then ``--writers`` threads on one busy tenant (lock waits included).
 3. *Tenant independence*: the same threads spread over as many tenants, for comparison.
+4. *Sealing after commit* (``MCPTASKS_AUDIT_SEAL_DELAY_MS`` > 0, the PostgreSQL default): the
+   committed INSERT of an unsealed event, and what :func:`audit.seal.seal_chains` then spends
+   per event (rounds of ``--seal-batch`` events).
+
+Sections 1-3 seal inline (``MCPTASKS_AUDIT_SEAL_DELAY_MS`` = 0), as the tests do.
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ class HeadLockClock:
     ) -> Any:
         started = time.perf_counter()
         result = execute(sql, params, many, context)
-        if "FOR UPDATE" in sql and "audit_chainhead" in sql:
+        # The head is locked by its read (FOR UPDATE) or, once this process knows it, by the
+        # compare-and-set UPDATE that also inserts the event (audit/record.py).
+        if "audit_chainhead" in sql and ("FOR UPDATE" in sql or sql.startswith("WITH head AS")):
             self.local.locked_at = time.perf_counter()
             self.local.lock_wait = self.local.locked_at - started
         return result
@@ -172,14 +179,64 @@ def concurrent(tasks: list[tuple[str, int, str]], writers: int, count: int, labe
     )
 
 
+def sealing(tenant_slug: str, events: int, rounds: int) -> None:
+    """Insert ``events`` unsealed events of one tenant (one committed transaction each), then
+    seal them; ``rounds`` times."""
+    from django.conf import settings
+    from django.db import transaction
+
+    from audit import seal
+    from audit.chain import chain_for_tenant
+    from audit.record import Actor, record
+    from mcptasks.models import Tenant
+
+    tenant = Tenant.objects.get(slug=tenant_slug)
+    chain = chain_for_tenant(tenant_slug)
+    settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 600_000  # unsealed; the bench seals, not a thread
+    wake, seal.wake_after_commit = seal.wake_after_commit, lambda chain: None
+    inserts: list[float] = []
+    per_event: list[float] = []
+    try:
+        for _ in range(rounds):
+            for index in range(events):
+                started = time.perf_counter()
+                with transaction.atomic():
+                    record(
+                        action="task.started",
+                        actor=Actor.system("bench"),
+                        tenant_id=tenant.pk,
+                        tenant_slug=tenant_slug,
+                        task_id=f"t{index}",
+                        data={"state": "running", "attempt": 1},
+                    )
+                inserts.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            sealed, _ = seal.seal_chains([chain])
+            assert sealed == events, sealed
+            per_event.append((time.perf_counter() - started) / sealed)
+    finally:
+        seal.wake_after_commit = wake
+        settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 0
+    print(f"unsealed event, committed INSERT: {_ms(inserts)}")
+    print(
+        f"seal, per event (rounds of {events}, batches of {seal.BATCH}): "
+        f"{_ms(per_event)} over {rounds} rounds"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transitions", type=int, default=2000)
     parser.add_argument("--writers", type=int, default=4)
+    parser.add_argument("--seal-batch", type=int, default=500)
+    parser.add_argument("--seal-rounds", type=int, default=8)
     args = parser.parse_args()
     with dedicated_database() as url:
         setup_django(url)
         migrate()
+        from django.conf import settings
+
+        settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 0  # sections 1-3 seal inline
         busy = make_tasks(args.writers, "busy")
         spread = [make_tasks(1, f"tenant{index}")[0] for index in range(args.writers)]
         overhead(busy[0], args.transitions)
@@ -188,6 +245,7 @@ def main() -> None:
         concurrent(
             spread, args.writers, per_writer, f"{args.writers} writers, {args.writers} tenants"
         )
+        sealing(busy[0][2], args.seal_batch, args.seal_rounds)
         from audit.chain import verify_chains
 
         assert all(report.ok for report in verify_chains()), "chains must verify after the bench"

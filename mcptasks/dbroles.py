@@ -4,8 +4,12 @@ Production runs two roles. The **owner** (``DATABASE_URL`` of ``manage.py migrat
 table and runs migrations. The **app role** (``DATABASE_URL`` of web, worker and beat) may read
 and write the application's tables, but on the append-only audit tables only INSERT and SELECT:
 no UPDATE, DELETE or TRUNCATE, and, not owning them, no ``ALTER TABLE … DISABLE TRIGGER``.
-Retention deletes through ``audit_purge_prefix`` (audit migration 0004) and the sealer seals
-through ``audit_seal_events`` (0007), which it may EXECUTE.
+Retention deletes through ``audit_purge_prefix`` (audit migration 0004) and drops whole
+partitions through ``audit_drop_partition`` (0008), the sealer seals through
+``audit_seal_events`` (0007) and the sweep creates partitions ahead through
+``audit_ensure_partitions`` (0008), which it may EXECUTE. The partitions of the audit events
+grant the role nothing: it reaches their rows through the partitioned table only (those created
+later by ``audit_ensure_partitions`` belong to the owner and grant nothing either).
 
 With ``MCPTASKS_DB_APP_ROLE`` set, every ``manage.py migrate`` run by the owner ends by granting
 exactly that to the role (:func:`grant_app_role`), so tables added by later migrations are
@@ -24,6 +28,8 @@ from django.core.exceptions import ImproperlyConfigured
 ROLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 PURGE_FUNCTION = "audit_purge_prefix(varchar, bigint, timestamptz)"
 SEAL_FUNCTION = "audit_seal_events(bigint[], bigint[], varchar[], varchar[])"
+ENSURE_PARTITIONS_FUNCTION = "audit_ensure_partitions(integer)"
+DROP_PARTITION_FUNCTION = "audit_drop_partition(text, varchar[], bigint[], timestamptz[])"
 
 
 def _append_only_tables() -> list[str]:
@@ -60,7 +66,13 @@ def grant_app_role(connection: Any, role: str) -> None:
         schema = quote(cursor.fetchone()[0])
         who = quote(role)
         append_only = ", ".join(quote(table) for table in _append_only_tables())
-        for statement in (
+        cursor.execute("SELECT to_regprocedure('audit_partitions()') IS NOT NULL")
+        partitioned = bool(cursor.fetchone()[0])  # audit migration 0008 applied
+        event_partitions = []
+        if partitioned:
+            cursor.execute("SELECT name FROM audit_partitions()")
+            event_partitions = [quote(row[0]) for row in cursor.fetchall()]
+        statements = [
             f"GRANT USAGE ON SCHEMA {schema} TO {who}",
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {who}",
             f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {who}",
@@ -68,7 +80,15 @@ def grant_app_role(connection: Any, role: str) -> None:
             f"REVOKE UPDATE, DELETE, TRUNCATE ON {append_only} FROM {who}",
             f"GRANT EXECUTE ON FUNCTION {PURGE_FUNCTION} TO {who}",
             f"GRANT EXECUTE ON FUNCTION {SEAL_FUNCTION} TO {who}",
-        ):
+        ]
+        if partitioned:
+            statements += [
+                f"GRANT EXECUTE ON FUNCTION {ENSURE_PARTITIONS_FUNCTION} TO {who}",
+                f"GRANT EXECUTE ON FUNCTION {DROP_PARTITION_FUNCTION} TO {who}",
+            ]
+        if event_partitions:  # granted by ALL TABLES above: the rows are reached via the parent
+            statements.append(f"REVOKE ALL ON {', '.join(event_partitions)} FROM {who}")
+        for statement in statements:
             cursor.execute(statement)
 
 

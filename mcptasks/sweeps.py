@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from audit import holds, seal
+from audit import holds, partitions, seal
 from mcptasks import events, fairshare, heartbeats, lifecycle
 from mcptasks.models import (
     TERMINAL_STATES,
@@ -143,9 +143,16 @@ def seal_audit() -> int:
     return seal.seal_pending()
 
 
+def audit_partitions() -> int:
+    """The audit events' partitions of the coming months (audit/partitions.py), at most
+    hourly per process; how many were created."""
+    return len(partitions.ensure_due())
+
+
 def run_all() -> dict[str, int]:
     done = {
         "audit_sealed": seal_audit(),
+        "audit_partitions": audit_partitions(),
         "reaped": reap_leases(),
         "woken": wake_timers(),
         "expired": expire_tasks(),

@@ -96,6 +96,45 @@ def test_app_role_cannot_truncate_or_disable_the_audit_triggers(
     assert verify_chain(ACME).ok
 
 
+def test_app_role_cannot_change_events_through_a_partition_even_one_made_later(
+    as_app: psycopg.Connection[Any], record_events: Callable[..., Any]
+) -> None:
+    """The events' partitions (audit migration 0008) grant the app role nothing: it reaches
+    rows through the partitioned table, whose triggers and grants hold for every partition,
+    including those the sweep creates later through audit_ensure_partitions."""
+    record_events(2)
+    created = [row[0] for row in as_app.execute("SELECT audit_ensure_partitions(7)").fetchall()]
+    try:
+        assert created  # months the migration did not create
+        names = [row[0] for row in as_app.execute("SELECT name FROM audit_partitions()")]
+        assert set(created) < set(names) and "audit_auditevent_legacy" in names
+        for table in names:
+            for sql in (
+                f"UPDATE {table} SET seq = seq",
+                f"DELETE FROM {table}",
+                f"TRUNCATE {table}",
+                f"INSERT INTO {table} SELECT * FROM {table}",
+            ):
+                assert f"permission denied for table {table}" in refused(as_app, sql)
+            assert f"must be owner of table {table}" in refused(as_app, f"DROP TABLE {table}")
+            assert "must be owner" in refused(
+                as_app, f"ALTER TABLE audit_auditevent DETACH PARTITION {table}"
+            )
+        # Retention's drop function refuses a partition it must not drop.
+        assert "not in the purge" in refused(
+            as_app,
+            "SELECT * FROM audit_drop_partition('audit_auditevent_legacy', %s::varchar[],"
+            " %s::bigint[], %s::timestamptz[])",
+            [[ACME], [1], [timezone.now()]],
+        )
+        assert AuditEvent.objects.filter(chain=ACME).count() == 2
+        assert verify_chain(ACME).ok
+    finally:  # the test database outlives this test: the months it added go again
+        with connection.cursor() as cursor:
+            for table in created:
+                cursor.execute(f"DROP TABLE {table}")
+
+
 def test_app_role_inserts_and_reads_audit_rows(
     as_app: psycopg.Connection[Any], record_events: Callable[..., Any]
 ) -> None:

@@ -67,4 +67,5 @@ class Command(BaseCommand):
             f"{result.chain}: purged {result.purged} events; checkpoint seq "
             f"{result.checkpoint_seq} {result.checkpoint_hash[:16]}…, audit.purged seq "
             f"{result.event_seq}{held}"
+            + (f" (dropped partition {result.partition})" if result.partition else "")
         )
