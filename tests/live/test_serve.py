@@ -32,6 +32,7 @@ def serve(tmp_path: Path, *options: str) -> Iterator[LiveServer]:
     argv = [str(python if python.exists() else sys.executable), "manage.py", "serve"]
     argv += ["--host", "127.0.0.1", "--port", str(port), *options]
     env = {**server_env(), "LOG_LEVEL": "INFO", "LOG_FORMAT": "console"}
+    env["SECURE_SSL_REDIRECT"] = "false"  # production (PostgreSQL) redirects plain HTTP to HTTPS
     with serving_process(argv, env, tmp_path / "serve.log", port) as server:
         yield server
 
@@ -52,14 +53,20 @@ def test_serve_runs_uvicorn_unless_told_otherwise(tmp_path: Path, cast: dict) ->
 def test_a_forwarded_for_the_client_sent_does_not_change_the_recorded_address(
     tmp_path: Path, cast: dict, kind: str
 ) -> None:
-    with serve(tmp_path, *server_options(kind)) as server, httpx.Client() as client:
-        page = client.get(f"{server.url}/login/")
+    with serve(tmp_path, *server_options(kind)) as server:
+        page = httpx.get(f"{server.url}/login/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
         assert token, page.text[:500]
-        response = client.post(
+        # sent by hand: in production the CSRF cookie is Secure, and this is plain HTTP
+        cookie = page.cookies["csrftoken"]
+        response = httpx.post(
             f"{server.url}/login/",
             data={"username": "alice", "password": "wrong", "csrfmiddlewaretoken": token[1]},
-            headers={"X-Forwarded-For": "203.0.113.9", "X-Real-IP": "203.0.113.9"},
+            headers={
+                "Cookie": f"csrftoken={cookie}",
+                "X-Forwarded-For": "203.0.113.9",
+                "X-Real-IP": "203.0.113.9",
+            },
         )
         assert response.status_code == 200, response.text[:500]
     (event,) = AuditEvent.objects.filter(action="auth.login_failed")
