@@ -89,7 +89,8 @@ class Command(BaseCommand):
             call_command("seed_demo", if_empty=True, stdout=self.stdout)
         from mcptasks import embedded
 
-        if settings.MCPTASKS_EMBEDDED_WORKER and not options["no_worker"]:
+        started = settings.MCPTASKS_EMBEDDED_WORKER and not options["no_worker"]
+        if started:
             embedded.start(workers=options["workers"])
             self.stdout.write(f"In-process worker ({options['workers']} threads) and beat started.")
         else:
@@ -104,7 +105,8 @@ class Command(BaseCommand):
         try:
             SERVERS[server](host, port)
         finally:
-            embedded.stop()  # the worker threads finish their job (or 5 s), then the process ends
+            if started:  # the worker threads finish their job (or 5 s), then the process ends
+                embedded.stop()
 
 
 def uvicorn_config(host: str, port: int) -> Any:
