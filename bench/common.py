@@ -183,7 +183,7 @@ class Child:
 
 
 class Server(Child):
-    """A web process under Daphne or uvicorn."""
+    """A web process under Daphne (``manage.py serve --server daphne``) or uvicorn (its CLI)."""
 
     def __init__(self, kind: str, env: dict[str, str], log: Path) -> None:
         self.kind, self.port = kind, free_port()
@@ -197,6 +197,8 @@ class Server(Child):
                 "--port",
                 str(self.port),
                 "--no-worker",
+                "--server",
+                "daphne",
             ]
         else:
             argv = uvicorn_argv("mcptasks.asgi:application", self.port)

@@ -28,7 +28,7 @@ TOOL, ARGUMENTS = "echo_task", {"text": "peer"}
 
 @dataclass
 class Peer:
-    kind: str  # fastmcp | serve | uvicorn
+    kind: str  # fastmcp | serve | uvicorn | daphne
     url: str  # the MCP endpoint
     token: str | None
     completed_task: str = ""

@@ -7,9 +7,11 @@ Started and stopped here, everything on 127.0.0.1 and free ports: a private ``re
 share a queue), a throwaway PostgreSQL database (``bench.common.bench_database``), FastMCP 4 +
 fastmcp-tasks with its Docket backend and one no-op ``task=True`` tool under one uvicorn process
 (``bench/peer_fastmcp_app.py``; Docket's worker runs in it), and mcptasks as documented for
-production — ``manage.py serve`` (and, separately, uvicorn) on PostgreSQL and Redis, one Celery
-worker with 2 prefork processes and beat — with the ``echo_task`` tool and the poll and active-task limits
-raised (``bench.end_to_end.server_env``).
+production — ``manage.py serve`` (uvicorn, started by the command) and, separately, plain
+``uvicorn mcptasks.asgi:application`` and, for the record, ``manage.py serve --server daphne``
+(``--servers``), on PostgreSQL and Redis, one Celery worker with 2 prefork processes and beat —
+with the ``echo_task`` tool and the poll and active-task limits raised
+(``bench.end_to_end.server_env``).
 
 Workloads, each in ``--rounds`` rounds with the servers alternating inside a round:
 - ``tasks/get`` of a completed task, 32 connections (``hey``);
@@ -222,10 +224,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=6)
     parser.add_argument("--tasks", type=int, default=300)
     parser.add_argument(
-        "--servers", default="serve,uvicorn", help="mcptasks under: serve, uvicorn (comma list)"
+        "--servers",
+        default="serve,uvicorn,daphne",
+        help="mcptasks under (comma list): serve (manage.py serve: uvicorn), uvicorn (its CLI), "
+        "daphne (manage.py serve --server daphne)",
     )
     parser.add_argument("--out", default="peers.json", help="file name in bench/results/")
     args = parser.parse_args()
+    unknown = set(args.servers.split(",")) - {"serve", "uvicorn", "daphne"}
+    if unknown:
+        parser.error(f"--servers: no server {', '.join(sorted(unknown))} (serve, uvicorn, daphne)")
     LOGS.mkdir(parents=True, exist_ok=True)
     # SIGTERM (and Ctrl-C's KeyboardInterrupt) unwind the ExitStack: every child is stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -274,9 +282,10 @@ def main() -> None:
         pids.add(fastmcp.process.pid)
         for kind in args.servers.split(","):
             port = free_port()
-            if kind == "serve":
+            if kind in ("serve", "daphne"):
                 argv = [str(BIN / "python"), "manage.py", "serve", "--no-worker"]
                 argv += ["--host", "127.0.0.1", "--port", str(port)]
+                argv += ["--server", "daphne"] if kind == "daphne" else []
             else:
                 argv = uvicorn_argv("mcptasks.asgi:application", port)
             processes[f"mcptasks_{kind}"] = start(stack, f"mcptasks_{kind}", argv, env)

@@ -78,6 +78,7 @@ def test_export_audit_of_a_known_tenant_and_of_the_system_chain_still_work(
         (["serve", "--port", "70000"], "--port must be 0-65535"),
         (["serve", "--workers", "0"], "--workers must be at least 1"),
         (["serve", "--port", "eighty"], "invalid int value"),
+        (["serve", "--server", "gunicorn"], "--server must be uvicorn or daphne, got 'gunicorn'"),
         (["seed_demo", "--bogus"], "unrecognized arguments"),
         (["create_tenant"], "the following arguments are required: slug"),
     ],

@@ -235,11 +235,13 @@ def test_serve_refuses_a_non_loopback_address_in_conformance_mode(
     settings.MCPTASKS_CONFORMANCE_MODE = True
     started: list = []
     monkeypatch.setattr("mcptasks.embedded.start", lambda **kw: started.append(kw))
+    monkeypatch.setattr("uvicorn.Server.run", lambda self, sockets=None: started.append(self))
     monkeypatch.setattr(
         "daphne.cli.CommandLineInterface.run", lambda self, args: started.append(args)
     )
-    with pytest.raises(CommandError, match="loopback"):
-        call_command("serve", host=host, port=0)
+    for server in ("uvicorn", "daphne"):
+        with pytest.raises(CommandError, match="loopback"):
+            call_command("serve", host=host, port=0, server=server)
     assert started == []  # refused before anything started
 
 
@@ -248,11 +250,14 @@ def test_serve_allows_loopback_in_conformance_mode(settings, host: str, monkeypa
     settings.MCPTASKS_CONFORMANCE_MODE = True
     started: list = []
     monkeypatch.setattr("mcptasks.embedded.start", lambda **kw: started.append(kw))
+    monkeypatch.setattr("uvicorn.Server.run", lambda self, sockets=None: started.append(self))
     monkeypatch.setattr(
         "daphne.cli.CommandLineInterface.run", lambda self, args: started.append(args)
     )
     call_command("serve", host=host, port=8123, no_worker=True)
-    assert started and started[-1][:2] == ["-b", host]
+    assert started and started[-1].config.host == host
+    call_command("serve", host=host, port=8123, no_worker=True, server="daphne")
+    assert started[-1][:2] == ["-b", host]
 
 
 @pytest.mark.django_db
