@@ -61,22 +61,11 @@ def record(
     as the last statement of the writing transaction, since it locks the chain head until the
     commit that follows. The payload is redacted and size-capped.
     """
-    chain = chain_for_tenant(tenant_slug)
-    payload = redact(
-        data or {}, sensitive_keys=sensitive_keys, max_bytes=settings.MCPTASKS_AUDIT_MAX_DATA_BYTES
+    fields = _event_fields(
+        action, actor, tenant_id, tenant_slug, task_id, data, sensitive_keys, request_id
     )
-    fields = {
-        "chain": chain,
-        "tenant_id": tenant_id,
-        "actor_kind": actor.kind,
-        "actor_id": str(actor.user_id or ""),
-        "actor_display": actor.display,
-        "action": action,
-        "task_id": task_id,
-        "data": payload,
-        "request_id": request_id if request_id is not None else current_request_id.get(),
-    }
-    if not inline and settings.MCPTASKS_AUDIT_SEAL_DELAY_MS > 0:
+    chain = fields["chain"]
+    if not inline and sealed_later():
         event = AuditEvent(**fields, created_at=timezone.now())
         event.save(force_insert=True)
         seal.wake_after_commit(chain)
@@ -97,6 +86,102 @@ def record(
         _append(event)
         _heads[chain] = linked
     return event
+
+
+def sealed_later() -> bool:
+    """Are events inserted unsealed and sealed after commit (``MCPTASKS_AUDIT_SEAL_DELAY_MS``)?"""
+    return bool(settings.MCPTASKS_AUDIT_SEAL_DELAY_MS > 0)
+
+
+def _event_fields(
+    action: str,
+    actor: Actor,
+    tenant_id: int | None,
+    tenant_slug: str | None,
+    task_id: str,
+    data: dict[str, Any] | None,
+    sensitive_keys: frozenset[str] | set[str],
+    request_id: str | None,
+) -> dict[str, Any]:
+    """An event's fields but its time and its place in the chain, the payload redacted."""
+    payload = redact(
+        data or {}, sensitive_keys=sensitive_keys, max_bytes=settings.MCPTASKS_AUDIT_MAX_DATA_BYTES
+    )
+    return {
+        "chain": chain_for_tenant(tenant_slug),
+        "tenant_id": tenant_id,
+        "actor_kind": actor.kind,
+        "actor_id": str(actor.user_id or ""),
+        "actor_display": actor.display,
+        "action": action,
+        "task_id": task_id,
+        "data": payload,
+        "request_id": request_id if request_id is not None else current_request_id.get(),
+    }
+
+
+@dataclass(frozen=True)
+class Unsealed:
+    """An event for the caller's own statement to insert unsealed (issue 23): a writer that
+    already sends one statement for its change inserts the event in the same statement, one
+    round trip and one transaction for both (``INSERT INTO … (columns) SELECT params …``).
+    Once that statement has run, :meth:`written` records the event's id and has the sealer
+    seal its chain after commit, as :func:`record` does for an event it inserts itself."""
+
+    event: AuditEvent
+
+    @staticmethod
+    @functools.cache
+    def columns() -> str:
+        """The table and its inserted columns: ``"audit_auditevent" ("chain", …)``."""
+        quote = connection.ops.quote_name
+        names = ", ".join(quote(str(f.column)) for f in _unsealed_fields())
+        return f"{quote(AuditEvent._meta.db_table)} ({names})"
+
+    @staticmethod
+    @functools.cache
+    def placeholders(data: str = "%s") -> str:
+        """One ``%s`` per column of :meth:`columns`; ``data``: the SQL of the ``data`` column's
+        (binding its one value)."""
+        return ", ".join(data if f.name == "data" else "%s" for f in _unsealed_fields())
+
+    def params(self) -> list[Any]:
+        """The values of :meth:`columns`, prepared as the ORM prepares them, in that order."""
+        return [
+            f.get_db_prep_save(f.pre_save(self.event, True), connection) for f in _unsealed_fields()
+        ]
+
+    def written(self, pk: int) -> AuditEvent:
+        self.event.pk = pk
+        self.event._state.adding, self.event._state.db = False, connection.alias
+        seal.wake_after_commit(self.event.chain)
+        return self.event
+
+
+@functools.cache
+def _unsealed_fields() -> tuple[Field[Any, Any], ...]:
+    return tuple(f for f in AuditEvent._meta.concrete_fields if not f.primary_key)
+
+
+def unsealed(
+    *,
+    action: str,
+    actor: Actor,
+    tenant_id: int | None,
+    tenant_slug: str | None,
+    task_id: str = "",
+    data: dict[str, Any] | None = None,
+    sensitive_keys: frozenset[str] | set[str] = frozenset(),
+    request_id: str | None = None,
+) -> Unsealed | None:
+    """The event :func:`record` would write, for the caller's statement to insert; None when
+    events are sealed inline (then only :func:`record` may write it: it needs the chain head)."""
+    if not sealed_later():
+        return None
+    fields = _event_fields(
+        action, actor, tenant_id, tenant_slug, task_id, data, sensitive_keys, request_id
+    )
+    return Unsealed(AuditEvent(**fields, created_at=timezone.now()))
 
 
 # chain -> (seq, hash) of its head as this process last saw it: a guess, checked by the write.

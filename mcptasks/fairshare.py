@@ -16,7 +16,7 @@ flood from one tenant never holds every worker, and queued work never holds one 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -50,6 +50,9 @@ class Room:
 
     refusal: str | None = None
     fills_cap: bool = False
+    # The task's tenant, read by the same statement (None: the task is not queued).
+    tenant_id: int | None = None
+    tenant_slug: str = ""
 
 
 def claim_refusal(task_id: str) -> str | None:
@@ -75,8 +78,9 @@ def claim_room(task_id: str) -> Room:
     tenant_id, principal_id, slug, tenant_field, principal_field = row
     tenant_cap, principal_cap = _caps(tenant_field, principal_field)
     if not tenant_cap and not principal_cap:
-        return Room()
-    return _room(slug, (tenant_cap, principal_cap), *running_counts(tenant_id, principal_id))
+        return Room(tenant_id=tenant_id, tenant_slug=slug)
+    room = _room(slug, (tenant_cap, principal_cap), *running_counts(tenant_id, principal_id))
+    return replace(room, tenant_id=tenant_id, tenant_slug=slug)
 
 
 def running_counts(tenant_id: int, principal_id: int) -> tuple[int, int]:

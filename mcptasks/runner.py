@@ -353,7 +353,11 @@ def _complete(task: Task, result: dict[str, Any], context: TaskContext) -> str |
     )
     try:
         return lifecycle.task_complete(
-            task_id=task.pk, attempt=task.attempt, result=result, rejected=rejected
+            task_id=task.pk,
+            attempt=task.attempt,
+            result=result,
+            rejected=rejected,
+            tenant=task.tenant,
         ).state
     except lifecycle.LifecycleError:
         return _state_of(task.pk)

@@ -81,6 +81,40 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture
+def sealed_later(settings: Any) -> Iterator[None]:
+    """Audit events inserted unsealed and sealed after commit (the PostgreSQL default), with
+    the outbox's subscriptions read afresh."""
+    from mcptasks.outbox import subscriptions
+
+    settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 50
+    subscriptions.forget()
+    yield
+    subscriptions.forget()
+
+
+@pytest.fixture
+def subscribe(cast: dict[str, dict[str, Any]]) -> Callable[..., Any]:
+    """``subscribe(tenant, events)``: a webhook destination of the tenant, amy's, for
+    ``events``; the outbox's subscriptions then read afresh."""
+    from mcptasks.outbox import subscriptions
+    from mcptasks.outbox.models import Destination
+
+    def make(tenant: Any, events: list[str]) -> Any:
+        destination = Destination.objects.create(
+            tenant=tenant,
+            name="hooks",
+            kind="webhook",
+            config={"url": "https://hooks.example/in"},
+            events=events,
+            owner=cast["amy"]["user"],
+        )
+        subscriptions.forget()
+        return destination
+
+    return make
+
+
+@pytest.fixture
 def cast(db: Any) -> dict[str, dict[str, Any]]:
     """alice, adam (acme members), amy (acme admin), bob (globex member), olga (operator for
     acme and globex), carl (auditor for acme and globex) — each with a token."""

@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import (
     DateTimeField,
     ExpressionWrapper,
@@ -33,7 +33,7 @@ from django.db.models.functions import Coalesce, Now
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
-from audit.record import Actor, record
+from audit.record import Actor, Unsealed, record, unsealed
 from mcptasks import events, metrics, outbox, search
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -196,28 +196,96 @@ def _apply(
     fence: int | None = None,
     sources: Iterable[str] | None = None,
     where: Q | None = None,
+    event: MoveEvent | None = None,
     **fields: Any,
 ) -> Task:
-    """Move a task by one conditional UPDATE; return the updated row or raise."""
+    """Move a task by one conditional UPDATE; return the updated row or raise.
+
+    With ``event`` the move's audit event is inserted by the same statement, only if the move
+    happened (:func:`_audited_move`); raises :class:`_Unplanned`, having written nothing,
+    when this move has no planned statement to carry it."""
     allowed, targets = TRANSITIONS[verb]
     if target not in targets:
         raise ValueError(f"{verb} cannot lead to {target}")
     source_states = allowed if sources is None else allowed & frozenset(sources)
     if "status_message" in fields:  # what the dashboard's search reads: the redacted message
         fields["search_status"] = search.status_text(fields["status_message"])
-    if fence is None and "lease_expires_at" in fields and fields["lease_expires_at"] is None:
-        _remember_leaving_lease(task_id)
     values = {"state": target, "version": _NEXT_VERSION, "updated_at": timezone.now(), **fields}
     plan = None
     if where is None and connection.vendor == "postgresql":
         plan = _update_plan(task_id, tuple(sorted(source_states)), fence, values)
+    if event is not None and plan is None:
+        raise _Unplanned
+    if fence is None and "lease_expires_at" in fields and fields["lease_expires_at"] is None:
+        _remember_leaving_lease(task_id)
     if plan is not None:
-        task = plan.run(task_id, fence, values)
+        task = plan.run(task_id, fence, values, event)
     else:
         task = _update_returning(task_id, _moved_rows(task_id, source_states, fence, where), values)
     if task is None:
         raise _refusal(task_id, verb, fence)
     metrics.TRANSITIONS.labels(verb=verb).inc()
+    return task
+
+
+class _Unplanned(Exception):
+    """A move with an event whose statement is not planned: nothing was written."""
+
+
+@dataclass(frozen=True)
+class Audited:
+    """The audit event of a move, as :func:`_audit` takes it; ``from_row``: keys of ``data``
+    whose values are the moved row's columns of that name, as the move left them (plain
+    numbers such as ``attempt``: they are not redacted)."""
+
+    action: str
+    actor: Actor
+    data: Mapping[str, Any] = MappingProxyType({})
+    from_row: tuple[str, ...] = ()
+
+    def data_of(self, task: Task) -> dict[str, Any]:
+        return {**self.data, **{key: getattr(task, key) for key in self.from_row}}
+
+
+@dataclass(frozen=True)
+class MoveEvent:
+    """An audited move's event, for the move's statement to insert (:func:`_audited_move`)."""
+
+    unsealed: Unsealed
+    from_row: tuple[str, ...]
+
+
+def _audited_move(
+    task_id: str,
+    *,
+    tenant_id: int | None,
+    tenant_slug: str,
+    audited: Audited,
+    **move: Any,
+) -> Task:
+    """:func:`_apply` of ``move`` and its audit event, atomically. With the task's tenant
+    known beforehand, on PostgreSQL with events sealed after commit and no outbox
+    subscription of the tenant (:func:`_unsealed_audit`), one statement does both: one round
+    trip, needing no transaction of its own (issue 23). Otherwise the move and
+    :func:`_audit` in a transaction (the caller's, if it has one)."""
+    if tenant_id is not None:
+        unsealed_event = _unsealed_audit(
+            tenant_id=tenant_id,
+            tenant_slug=tenant_slug,
+            task_id=task_id,
+            state=move["target"],
+            action=audited.action,
+            actor=audited.actor,
+            data=dict(audited.data),
+        )
+        if unsealed_event is not None:
+            try:
+                return _apply(task_id, event=MoveEvent(unsealed_event, audited.from_row), **move)
+            except _Unplanned:
+                pass
+    with transaction.atomic(savepoint=False):
+        task = _apply(task_id, **move)
+        _audit(task, audited.action, audited.actor, audited.data_of(task))
     return task
 
 
@@ -252,21 +320,46 @@ def _update_returning(task_id: str, rows: QuerySet[Task], values: dict[str, Any]
 
 def _update_statement(rows: QuerySet[Task], values: dict[str, Any]) -> tuple[str, list[Any]]:
     """The ORM's UPDATE of ``rows`` to ``values``, returning the task joined to its tenant."""
+    update, params = _bare_update(rows, values)
+    return _returning_sql(update), params
+
+
+def _bare_update(rows: QuerySet[Task], values: dict[str, Any]) -> tuple[str, list[Any]]:
+    """The ORM's UPDATE of ``rows`` to ``values``, as compiled."""
     query: UpdateQuery = rows.query.chain(UpdateQuery)  # type: ignore[assignment]
     query.add_update_values(values)
     compiler = query.get_compiler(connection=connection)
     compiler.pre_sql_setup()  # as QuerySet.update: a filter across a join becomes pk IN (…)
     update, params = compiler.as_sql()
+    return update, list(params)
+
+
+def _returning_sql(update: str, event_from_row: tuple[str, ...] | None = None) -> str:
+    """``update`` returning the moved task joined to its tenant. With ``event_from_row`` (a
+    tuple, maybe empty) the statement also inserts the move's audit event, only if the move
+    happened, and returns its id last; the event's ``data`` is its bound value with the moved
+    row's ``event_from_row`` columns merged in. Bound: the update's values, then the event's."""
     task_plan, tenant_plan = _returning_plans()
-    sql = (
-        f"WITH moved AS ({update} RETURNING {', '.join(task_plan.columns)}) "  # noqa: S608 - names from the models
-        f"SELECT moved.*, {', '.join(tenant_plan.columns)} FROM moved "
+    tenant = ", ".join(tenant_plan.columns)
+    event = ""
+    if event_from_row is not None:
+        data = "%s"
+        if event_from_row:
+            pairs = ", ".join(f"'{key}', moved.\"{key}\"" for key in event_from_row)
+            data = f"(%s::jsonb || jsonb_build_object({pairs}))"
+        event = (
+            f", event AS (INSERT INTO {Unsealed.columns()} "  # noqa: S608 - names from the models
+            f"SELECT {Unsealed.placeholders(data=data)} FROM moved RETURNING id)"
+        )
+        tenant += ", (SELECT id FROM event)"
+    return (
+        f"WITH moved AS ({update} RETURNING {', '.join(task_plan.columns)}){event} "  # noqa: S608 - names from the models
+        f"SELECT moved.*, {tenant} FROM moved "
         f'JOIN "{Tenant._meta.db_table}" n ON n."id" = moved."tenant_id"'
     )
-    return sql, list(params)
 
 
-def _run_returning(sql: str, params: Sequence[Any]) -> Task | None:
+def _run_returning(sql: str, params: Sequence[Any], event: MoveEvent | None = None) -> Task | None:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -274,8 +367,13 @@ def _run_returning(sql: str, params: Sequence[Any]) -> Task | None:
         return None
     task_plan, tenant_plan = _returning_plans()
     size = len(task_plan.columns)
+    if event is not None:
+        row, event_id = row[:-1], row[-1]
     task = task_plan.instance(row[:size])
     Task.tenant.field.set_cached_value(task, tenant_plan.instance(row[size:]))
+    if event is not None:
+        event.unsealed.event.data.update({key: getattr(task, key) for key in event.from_row})
+        event.unsealed.written(event_id)
     return task
 
 
@@ -293,6 +391,7 @@ class UpdatePlan:
     cost about as much as the statement's round trip."""
 
     sql: str
+    update: str  # the bare UPDATE of ``sql``
     bindings: tuple[_Binding, ...]  # one per value set, in the statement's order
     states: tuple[str, ...]
 
@@ -309,8 +408,29 @@ class UpdatePlan:
             params.append(_ATTEMPT.get_db_prep_value(fence, connection))
         return params
 
-    def run(self, task_id: str, fence: int | None, values: Mapping[str, Any]) -> Task | None:
-        return _run_returning(self.sql, self.params(task_id, fence, values))
+    def run(
+        self,
+        task_id: str,
+        fence: int | None,
+        values: Mapping[str, Any],
+        event: MoveEvent | None = None,
+    ) -> Task | None:
+        params = self.params(task_id, fence, values)
+        if event is None:
+            return _run_returning(self.sql, params)
+        return _run_returning(
+            self.with_event(event.from_row), [*params, *event.unsealed.params()], event
+        )
+
+    def with_event(self, from_row: tuple[str, ...]) -> str:
+        """The statement that also inserts the move's event (built once per plan and keys)."""
+        key = (self.update, from_row)
+        if key not in _event_statements:
+            _event_statements[key] = _returning_sql(self.update, from_row)
+        return _event_statements[key]
+
+
+_event_statements: dict[tuple[str, tuple[str, ...]], str] = {}
 
 
 def _update_plan(
@@ -341,7 +461,7 @@ _update_plans: dict[tuple[Any, ...], UpdatePlan | None] = {}
 def _new_update_plan(
     task_id: str, states: tuple[str, ...], fence: int | None, values: Mapping[str, Any]
 ) -> UpdatePlan | None:
-    sql, params = _update_statement(_moved_rows(task_id, states, fence, None), dict(values))
+    update, params = _bare_update(_moved_rows(task_id, states, fence, None), dict(values))
     query = Task.objects.none().query.chain(UpdateQuery)
     compiler = query.get_compiler(connection=connection)
     bindings: list[_Binding] = []
@@ -354,12 +474,12 @@ def _new_update_plan(
             bindings.append((field, tuple(compiler.compile(resolved)[1])))
         else:
             bindings.append((field, None))
-    plan = UpdatePlan(sql, tuple(bindings), states)
+    plan = UpdatePlan(_returning_sql(update), update, tuple(bindings), states)
     # The plan binds what the ORM bound, or it is not used.
     if list(map(_comparable, plan.params(task_id, fence, values))) != list(
         map(_comparable, params)
     ):
-        log.warning("a move's statement could not be planned", extra={"sql": sql})
+        log.warning("a move's statement could not be planned", extra={"sql": update})
         return None
     return plan
 
@@ -396,14 +516,45 @@ def _audit(
     # The event's outbox rows, in this transaction; before record(), which locks the chain
     # head until commit.
     outbox.task_event(task, action, data, by=actor.display)
-    record(
+    record(action=action, actor=actor, sensitive_keys=sensitive_keys, **_event_of(task, data))
+
+
+def _event_of(task: Task, data: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The task's side of its audit event, as :func:`audit.record.record`'s arguments."""
+    return {
+        "tenant_id": task.tenant_id,
+        "tenant_slug": task.tenant.slug,
+        "task_id": task.pk,
+        "data": {"state": task.state, **(data or {})},
+    }
+
+
+def _unsealed_audit(
+    *,
+    tenant_id: int,
+    tenant_slug: str,
+    task_id: str,
+    state: str,
+    action: str,
+    actor: Actor,
+    data: dict[str, Any] | None = None,
+    sensitive_keys: frozenset[str] = frozenset(),
+) -> Unsealed | None:
+    """:func:`_audit`'s event of ``action`` on the task (in ``state`` after it) for the
+    writer's own statement to insert (one round trip for the change and its event, issue
+    23), when that is all :func:`_audit` would write: on PostgreSQL, events sealed after
+    commit, and no outbox subscription of the tenant. None otherwise: then the writer runs in
+    a transaction and calls :func:`_audit`."""
+    if connection.vendor != "postgresql" or not outbox.quiet(tenant_id):
+        return None
+    return unsealed(
         action=action,
         actor=actor,
-        tenant_id=task.tenant_id,
-        tenant_slug=task.tenant.slug,
-        task_id=task.pk,
-        data={"state": task.state, **(data or {})},
         sensitive_keys=sensitive_keys,
+        tenant_id=tenant_id,
+        tenant_slug=tenant_slug,
+        task_id=task_id,
+        data={"state": state, **(data or {})},
     )
 
 

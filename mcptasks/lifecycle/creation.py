@@ -13,7 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import signals
 from django.utils import timezone
 
-from audit.record import Actor
+from audit.record import Actor, Unsealed
 from mcptasks import events, failures, search, tracing
 from mcptasks.canonical import digest
 from mcptasks.lifecycle._core import (
@@ -23,6 +23,7 @@ from mcptasks.lifecycle._core import (
     TaskNotFound,
     _audit,
     _run_on_commit,
+    _unsealed_audit,
 )
 from mcptasks.models import ACTIVE_STATES, Audience, InputRequest, InputState, Task, Tenant
 
@@ -73,71 +74,43 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     one (``created`` False), so a replayed request never creates two tasks; the key is honoured
     for ``MCPTASKS_IDEMPOTENCY_WINDOW_S``. Raises :class:`CreationKeyConflict` when the key was
     used for other arguments, :class:`LimitExceeded` past an active-task limit.
+
+    On PostgreSQL, with events sealed after commit, the task is checked against the limits,
+    inserted and audited by one statement — one round trip, its own transaction
+    (:func:`_create_in_one_statement`); otherwise (answers given before creation, a tenant's
+    outbox subscriptions, a caller's open transaction, SQLite) the limits are counted and the
+    task and its event written in one transaction.
     """
     now = timezone.now()
     if spec.creation_key:
         existing = _existing_for_key(spec, now)
         if existing is not None:
             return existing, False
-    tenant = _check_active_limits(spec)
+    task = _new_task(spec, now)
+    created = _created_event(spec, task)
+    event = None
+    if not spec.answered_inputs and not connection.in_atomic_block and not _save_signals():
+        task.tenant = _tenant(spec)
+        event = _unsealed_audit(
+            tenant_id=task.tenant_id,
+            tenant_slug=task.tenant.slug,
+            task_id=task.pk,
+            state=task.state,
+            action="task.created",
+            actor=actor,
+            data=created,
+            sensitive_keys=spec.sensitive_keys,
+        )
     try:
-        with transaction.atomic():
-            task = _insert_task(
-                tenant_id=spec.tenant_id,
-                principal_id=spec.principal_id,
-                token_id=spec.token_id,
-                tool_name=spec.tool_name,
-                arguments=spec.arguments,
-                argument_digest=spec.digest(),
-                search_summary=search.summary_text(spec.arguments, spec.sensitive_keys),
-                server_build=settings.MCPTASKS_SERVER_BUILD,
-                policy_revision=spec.policy_revision,
-                state=S.QUEUED.value,
-                ttl_ms=spec.ttl_ms,
-                poll_interval_ms=spec.poll_interval_ms,
-                created_at=now,
-                updated_at=now,
-                expires_at=now + timedelta(milliseconds=spec.ttl_ms) if spec.ttl_ms else None,
-                client_capabilities=spec.client_capabilities,
-                creation_key=spec.creation_key,
-                correlation_id=spec.correlation_id or failures.new_correlation_id(),
-                traceparent=tracing.new_task_traceparent(spec.tool_name),
-            )
-            task.tenant = tenant  # every other field is as inserted: no column has a DB default
-            for answered in spec.answered_inputs:
-                InputRequest.objects.create(
-                    task=task,
-                    tenant_id=spec.tenant_id,
-                    key=answered.key,
-                    method=answered.method,
-                    params=answered.params,
-                    audience=Audience.CLIENT,
-                    state=InputState.ANSWERED,
-                    response=answered.response,
-                    answered_by_id=spec.principal_id,
-                    answered_via="mcp",
-                    answered_at=now,
-                )
-            _audit(
-                task,
-                "task.created",
-                actor,
-                {
-                    "tool": spec.tool_name,
-                    "arguments": spec.arguments,
-                    "argument_digest": task.argument_digest,
-                    "server_build": task.server_build,
-                    "policy_revision": task.policy_revision,
-                    "ttl_ms": spec.ttl_ms,
-                    "answered_before_creation": [a.key for a in spec.answered_inputs],
-                },
-                sensitive_keys=spec.sensitive_keys,
-            )
-            # The tenant's group only: the task's own has no subscriber before its id is answered.
-            events.broadcast_on_commit(
-                task_id=task.pk, tenant_id=task.tenant_id, version=task.version, task_group=False
-            )
-            _run_on_commit(task)
+        if event is not None:
+            _create_in_one_statement(spec, task, event)
+        else:
+            _check_active_limits(spec)
+            task.tenant = _tenant(spec)  # read after the limits when the caller has not got it
+            with transaction.atomic():
+                _insert_task(task)
+                _insert_answered_inputs(spec, task, now)
+                _audit(task, "task.created", actor, created, sensitive_keys=spec.sensitive_keys)
     except IntegrityError:
         if not spec.creation_key:
             raise
@@ -146,6 +119,12 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
         if winner is None:
             raise
         return winner, False
+    # After the commit (or the caller's): the tenant's group only, since the task's own has no
+    # subscriber before its id is answered; and the first run.
+    events.broadcast_on_commit(
+        task_id=task.pk, tenant_id=task.tenant_id, version=task.version, task_group=False
+    )
+    _run_on_commit(task)
     log.info(
         "task created",
         extra={
@@ -157,33 +136,134 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     return task, True
 
 
+def _new_task(spec: NewTask, now: datetime) -> Task:
+    """The queued task ``spec`` asks for, not saved (its tenant not set)."""
+    task = Task(
+        tenant_id=spec.tenant_id,
+        principal_id=spec.principal_id,
+        token_id=spec.token_id,
+        tool_name=spec.tool_name,
+        arguments=spec.arguments,
+        argument_digest=spec.digest(),
+        search_summary=search.summary_text(spec.arguments, spec.sensitive_keys),
+        server_build=settings.MCPTASKS_SERVER_BUILD,
+        policy_revision=spec.policy_revision,
+        state=S.QUEUED.value,
+        ttl_ms=spec.ttl_ms,
+        poll_interval_ms=spec.poll_interval_ms,
+        created_at=now,
+        updated_at=now,
+        expires_at=now + timedelta(milliseconds=spec.ttl_ms) if spec.ttl_ms else None,
+        client_capabilities=spec.client_capabilities,
+        creation_key=spec.creation_key,
+        correlation_id=spec.correlation_id or failures.new_correlation_id(),
+        traceparent=tracing.new_task_traceparent(spec.tool_name),
+    )
+    return task  # every other field is as inserted: no column has a database default
+
+
+def _created_event(spec: NewTask, task: Task) -> dict[str, Any]:
+    """The data of the task's ``task.created`` audit event."""
+    return {
+        "tool": spec.tool_name,
+        "arguments": spec.arguments,
+        "argument_digest": task.argument_digest,
+        "server_build": task.server_build,
+        "policy_revision": task.policy_revision,
+        "ttl_ms": spec.ttl_ms,
+        "answered_before_creation": [a.key for a in spec.answered_inputs],
+    }
+
+
+def _insert_answered_inputs(spec: NewTask, task: Task, now: datetime) -> None:
+    for answered in spec.answered_inputs:
+        InputRequest.objects.create(
+            task=task,
+            tenant_id=spec.tenant_id,
+            key=answered.key,
+            method=answered.method,
+            params=answered.params,
+            audience=Audience.CLIENT,
+            state=InputState.ANSWERED,
+            response=answered.response,
+            answered_by_id=spec.principal_id,
+            answered_via="mcp",
+            answered_at=now,
+        )
+
+
+def _save_signals() -> bool:
+    """Does anything listen to a task's save (then the ORM's own save inserts it)?"""
+    return signals.pre_save.has_listeners(Task) or signals.post_save.has_listeners(Task)
+
+
+def _task_params(task: Task) -> list[Any]:
+    """The task's column values, each prepared as the ORM prepares it (``pre_save``,
+    ``get_db_prep_save``), in the order of ``Task._meta.concrete_fields``."""
+    return [
+        f.get_db_prep_save(f.pre_save(task, True), connection) for f in Task._meta.concrete_fields
+    ]
+
+
+def _task_columns() -> tuple[str, str]:
+    """The task table and its columns, quoted and joined."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(str(f.column)) for f in Task._meta.concrete_fields)
+    return quote(Task._meta.db_table), columns
+
+
 @functools.cache
 def _insert_sql() -> str:
     """The INSERT of a task row, every column bound (built once per process)."""
-    quote = connection.ops.quote_name
-    fields = Task._meta.concrete_fields
+    table, columns = _task_columns()
+    placeholders = ", ".join(["%s"] * len(Task._meta.concrete_fields))
+    return f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"  # noqa: S608 - names from the model
+
+
+def _insert_task(task: Task) -> None:
+    """``task.save(force_insert=True)`` without compiling the INSERT per task. The ORM's own
+    save where save signals are connected."""
+    if _save_signals():
+        task.save(force_insert=True)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(), _task_params(task))
+    task._state.adding, task._state.db = False, connection.alias
+
+
+@functools.cache
+def _create_sql() -> str:
+    """The one statement of a creation on PostgreSQL (built once per process): the two bounded
+    active-task counts; the task's INSERT only if both are below their limits; its audit
+    event's INSERT only if the task was inserted; and the counts with the event's id (NULL:
+    refused) as its row. Bound: the counts' parameters, the task's values, the two limits, the
+    event's values. PostgreSQL types each ``INSERT … SELECT`` parameter by its column."""
+    table, columns = _task_columns()
+    placeholders = ", ".join(["%s"] * len(Task._meta.concrete_fields))
+    principal, tenant = _bounded_counts()
     return (
-        f"INSERT INTO {quote(Task._meta.db_table)} "  # noqa: S608 - identifiers from the model
-        f"({', '.join(quote(str(f.column)) for f in fields)}) "
-        f"VALUES ({', '.join(['%s'] * len(fields))})"
+        f"WITH active AS (SELECT {principal} AS principal, {tenant} AS tenant), "  # noqa: S608 - names from the models
+        f"created AS (INSERT INTO {table} ({columns}) SELECT {placeholders} FROM active "
+        "WHERE active.principal < %s AND active.tenant < %s RETURNING 1), "
+        f"event AS (INSERT INTO {Unsealed.columns()} SELECT {Unsealed.placeholders()} FROM created "
+        "RETURNING id) "
+        "SELECT active.principal, active.tenant, (SELECT id FROM event) FROM active"
     )
 
 
-def _insert_task(**values: Any) -> Task:
-    """``Task.objects.create(**values)`` without compiling the INSERT per task: the model's
-    defaults fill the other fields, each value is prepared as the ORM prepares it
-    (``pre_save``, ``get_db_prep_save``). The ORM's own save where save signals are connected."""
-    task = Task(**values)
-    if signals.pre_save.has_listeners(Task) or signals.post_save.has_listeners(Task):
-        task.save(force_insert=True)
-        return task
-    params = [
-        f.get_db_prep_save(f.pre_save(task, True), connection) for f in Task._meta.concrete_fields
-    ]
+def _create_in_one_statement(spec: NewTask, task: Task, event: Unsealed) -> None:
+    """Check the limits, insert ``task`` and its ``task.created`` event: one statement, so
+    one round trip and one transaction (the statement's own, in autocommit)."""
+    by_principal, by_tenant = _limits()
+    params = [*_count_params(spec), *_task_params(task), by_principal, by_tenant]
     with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(), params)
+        cursor.execute(_create_sql(), [*params, *event.params()])
+        active_of_principal, active_of_tenant, event_id = cursor.fetchone()
+    if event_id is None:
+        _refuse_past_limits(active_of_principal, active_of_tenant)
+        raise AssertionError("a creation within its limits inserted no event")  # pragma: no cover
     task._state.adding, task._state.db = False, connection.alias
-    return task
+    event.written(event_id)
 
 
 class CreationKeyConflict(LifecycleError):
@@ -217,11 +297,10 @@ def _existing_for_key(spec: NewTask, now: datetime) -> Task | None:
     return existing
 
 
-@functools.cache
-def _active_counts_sql() -> str:
-    """Both active-task counts, each stopping at its limit (bound parameters: principal, its
-    limit, tenant, its limit, then the active states twice): the cost of a creation never grows
-    with the tasks a principal or tenant already has active. Built once per process."""
+def _bounded_counts() -> tuple[str, str]:
+    """The active tasks of the principal and of the tenant, each count stopping at its limit
+    (bound: principal, the active states, its limit; the same of the tenant): the cost of a
+    creation never grows with the tasks a principal or tenant already has active."""
     table = connection.ops.quote_name(Task._meta.db_table)
     states = ", ".join(["%s"] * len(ACTIVE_STATES))
 
@@ -231,23 +310,49 @@ def _active_counts_sql() -> str:
             f'WHERE "{column}" = %s AND "state" IN ({states}) LIMIT %s) active)'
         )
 
-    return f"SELECT {bounded('principal_id')}, {bounded('tenant_id')}"
+    return bounded("principal_id"), bounded("tenant_id")
 
 
-def _check_active_limits(spec: NewTask) -> Tenant:
+@functools.cache
+def _active_counts_sql() -> str:
+    """Both bounded active-task counts in one row (built once per process)."""
+    return "SELECT {}, {}".format(*_bounded_counts())
+
+
+def _limits() -> tuple[int, int]:
+    return (
+        settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL,
+        settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT,
+    )
+
+
+def _count_params(spec: NewTask) -> list[int | str]:
+    """The parameters of :func:`_bounded_counts` for ``spec``'s principal and tenant."""
+    by_principal, by_tenant = _limits()
+    states = sorted(str(state.value) for state in ACTIVE_STATES)
+    return [
+        spec.principal_id,
+        *states,
+        max(by_principal, 0),
+        spec.tenant_id,
+        *states,
+        max(by_tenant, 0),
+    ]
+
+
+def _check_active_limits(spec: NewTask) -> None:
     """Active (non-terminal) tasks per principal and per tenant. Checked by a count bounded by
     each limit at creation, so concurrent creations may overshoot by at most the number of
-    requests in flight.
-
-    Returns the task's tenant (``spec.tenant`` when the caller has it, else read)."""
-    by_principal = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_PRINCIPAL
-    by_tenant = settings.MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT
-    states = sorted(str(state.value) for state in ACTIVE_STATES)
-    params: list[int | str] = [spec.principal_id, *states, max(by_principal, 0)]
-    params += [spec.tenant_id, *states, max(by_tenant, 0)]
+    requests in flight."""
     with connection.cursor() as cursor:
-        cursor.execute(_active_counts_sql(), params)
+        cursor.execute(_active_counts_sql(), _count_params(spec))
         active_of_principal, active_of_tenant = cursor.fetchone()
+    _refuse_past_limits(active_of_principal, active_of_tenant)
+
+
+def _refuse_past_limits(active_of_principal: int, active_of_tenant: int) -> None:
+    """Raise :class:`LimitExceeded` for the first limit these counts reach."""
+    by_principal, by_tenant = _limits()
     if active_of_principal >= by_principal:
         raise LimitExceeded(
             f"Too many active tasks for this principal: the limit is {by_principal} "
@@ -259,6 +364,10 @@ def _check_active_limits(spec: NewTask) -> Tenant:
             f"Too many active tasks for this tenant: the limit is {by_tenant} "
             "(MCPTASKS_MAX_ACTIVE_TASKS_PER_TENANT)"
         )
+
+
+def _tenant(spec: NewTask) -> Tenant:
+    """The task's tenant: ``spec.tenant`` when the caller has it, else read."""
     if spec.tenant is not None and spec.tenant.pk == spec.tenant_id:
         return spec.tenant
     return Tenant.objects.get(pk=spec.tenant_id)

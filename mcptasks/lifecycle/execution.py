@@ -19,9 +19,11 @@ from mcptasks.canonical import digest
 from mcptasks.lifecycle._core import (
     RELEASED_LEASE,
     AtCapacity,
+    Audited,
     S,
     _apply,
     _audit,
+    _audited_move,
     _changed,
     _fence,
     _lease_deadline,
@@ -33,7 +35,7 @@ from mcptasks.lifecycle._core import (
     error_object,
 )
 from mcptasks.lifecycle.cancel import _after_suspend, _cancel_now
-from mcptasks.models import GateOutcome, InputKind, InputRequest, Task, TaskStep
+from mcptasks.models import GateOutcome, InputKind, InputRequest, Task, TaskStep, Tenant
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,11 @@ def claim(*, task_id: str, worker: str) -> Claimed:
         room = fairshare.claim_room(task_id)
         if room.refusal:
             raise AtCapacity(f"task {task_id} waits for room: {room.refusal}")
-        task = _apply(
+        task = _audited_move(
             task_id,
+            tenant_id=room.tenant_id,
+            tenant_slug=room.tenant_slug,
+            audited=Audited("task.started", Actor.system(worker), from_row=("attempt",)),
             verb="claim",
             target=S.RUNNING,
             lease_owner=worker,
@@ -65,7 +70,6 @@ def claim(*, task_id: str, worker: str) -> Claimed:
             attempt=F("attempt") + 1,
             wake_at=None,
         )
-        _audit(task, "task.started", Actor.system(worker), {"attempt": task.attempt})
         _changed(task)
     return Claimed(task, room.fills_cap)
 
@@ -164,11 +168,17 @@ def task_wake(*, task_id: str) -> Task:
 
 
 def task_complete(
-    *, task_id: str, attempt: int, result: dict[str, Any], rejected: bool | None = None
+    *,
+    task_id: str,
+    attempt: int,
+    result: dict[str, Any],
+    rejected: bool | None = None,
+    tenant: Tenant | None = None,
 ) -> Task:
     """Complete a running attempt with its CallToolResult (``isError`` results included).
     ``rejected``: whether an approval gate of the task was rejected, when the caller knows
-    (the runner read the task's input requests); None reads it."""
+    (the runner read the task's input requests); None reads it. ``tenant``: the task's, when
+    the caller has it (then the completion and its audit event may be one statement)."""
     size = len(json.dumps(result))
     if size > settings.MCPTASKS_MAX_RESULT_BYTES:
         return task_fail(
@@ -187,30 +197,32 @@ def task_complete(
             task_id=task_id, kind=InputKind.APPROVAL, outcome=GateOutcome.REJECTED
         ).exists()
     outcome = GateOutcome.REJECTED.value if rejected else ""
-    with transaction.atomic():
-        task = _apply(
-            task_id,
-            verb="complete",
-            target=S.COMPLETED,
-            fence=attempt,
-            result=result,
-            **RELEASED_LEASE,
-            outcome=outcome,
-            status_message=(
-                "Rejected"
-                if rejected
-                else "Completed with a tool error"
-                if result.get("isError")
-                else "Completed"
-            ),
-        )
-        _audit(
-            task,
-            "task.completed",
-            Actor.system("worker"),
-            {"is_error": bool(result.get("isError")), **({"outcome": outcome} if outcome else {})},
-        )
-        _changed(task)
+    completed = Audited(
+        "task.completed",
+        Actor.system("worker"),
+        {"is_error": bool(result.get("isError")), **({"outcome": outcome} if outcome else {})},
+    )
+    # One statement when it can be (the tenant known), else its own transaction.
+    task = _audited_move(
+        task_id,
+        tenant_id=None if tenant is None else tenant.pk,
+        tenant_slug="" if tenant is None else tenant.slug,
+        audited=completed,
+        verb="complete",
+        target=S.COMPLETED,
+        fence=attempt,
+        result=result,
+        **RELEASED_LEASE,
+        outcome=outcome,
+        status_message=(
+            "Rejected"
+            if rejected
+            else "Completed with a tool error"
+            if result.get("isError")
+            else "Completed"
+        ),
+    )
+    _changed(task)
     return task
 
 

@@ -21,3 +21,11 @@ def task_event(task: Any, action: str, data: dict[str, Any] | None = None, *, by
     from mcptasks.outbox import writer
 
     writer.task_event(task, action, data, by=by)
+
+
+def quiet(tenant_id: int) -> bool:
+    """Does the tenant subscribe to nothing, so that :func:`task_event` writes no row (the
+    cached subscriptions: a dictionary lookup)? A writer may then skip calling it."""
+    from mcptasks.outbox import subscriptions
+
+    return not subscriptions.for_tenant(tenant_id).types

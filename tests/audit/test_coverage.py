@@ -109,7 +109,10 @@ def recorded_actions() -> dict[str, set[str]]:
     """Module → the actions its calls of the writer (or of wrappers that pass an ``action``
     parameter through to it) record, read from the source."""
     files = list(source_files())
-    wrappers: dict[str, int | None] = {WRITER: None}  # callee name → positional index of action
+    # callee name → positional index of action; audit.record.unsealed is the writer's other
+    # door (an event the caller's own statement inserts), and lifecycle's Audited(action, …)
+    # names the event of a move that _audited_move records
+    wrappers: dict[str, int | None] = {WRITER: None, "unsealed": None, "Audited": 0}
     changed = True
     while changed:  # find functions that forward their own parameter as the action
         changed = False
@@ -136,6 +139,8 @@ def recorded_actions() -> dict[str, set[str]]:
                 if isinstance(call, ast.Call) and _callee(call) in wrappers:
                     arg = _action_arg(call, wrappers[_callee(call)])
                     assert arg is not None, f"{module}.{function.name}: a call without action"
+                    if isinstance(arg, ast.Attribute) and arg.attr == "action":
+                        continue  # an Audited's action, collected where it was built
                     found.setdefault(module, set()).update(_resolve(arg, module))
     return found
 
