@@ -283,7 +283,7 @@ def _audited_move(
                 return _apply(task_id, event=MoveEvent(unsealed_event, audited.from_row), **move)
             except _Unplanned:
                 pass
-    with transaction.atomic(savepoint=False):
+    with transaction.atomic():  # a savepoint in the caller's: a refusal leaves it usable
         task = _apply(task_id, **move)
         _audit(task, audited.action, audited.actor, audited.data_of(task))
     return task

@@ -63,7 +63,7 @@ class Command(BaseCommand):
             raise CommandError(f"--port must be 0-65535, got {port}")
         if options["workers"] < 1:
             raise CommandError(f"--workers must be at least 1, got {options['workers']}")
-        server = options.get("server", "uvicorn")
+        server = options["server"]
         if server not in SERVERS:
             raise CommandError(f"--server must be {' or '.join(SERVERS)}, got {server!r}")
         from mcptasks.tools.registry import ToolPackError, registry
