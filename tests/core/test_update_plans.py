@@ -22,14 +22,14 @@ pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 def compiles(monkeypatch):
     """The statements the ORM compiled for moves (each plan's first use, and unplanned moves)."""
     compiled: list[str] = []
-    original = _core._update_statement
+    original = _core._bare_update
 
     def spy(rows, values):
         sql, params = original(rows, values)
         compiled.append(sql)
         return sql, params
 
-    monkeypatch.setattr(_core, "_update_statement", spy)
+    monkeypatch.setattr(_core, "_bare_update", spy)
     monkeypatch.setattr(_core, "_update_plans", {})
     return compiled
 
