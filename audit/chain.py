@@ -22,8 +22,11 @@ SYSTEM_CHAIN = "system"
 PURGED_ACTION = "audit.purged"
 
 
+TENANT_CHAIN_PREFIX = "tenant:"  # a tenant's chain is this and its slug
+
+
 def chain_for_tenant(tenant_slug: str | None) -> str:
-    return f"tenant:{tenant_slug}" if tenant_slug else SYSTEM_CHAIN
+    return f"{TENANT_CHAIN_PREFIX}{tenant_slug}" if tenant_slug else SYSTEM_CHAIN
 
 
 def event_body(

@@ -140,15 +140,20 @@ class Unsealed:
 
     @staticmethod
     @functools.cache
-    def placeholders(data: str = "%s") -> str:
-        """One ``%s`` per column of :meth:`columns`; ``data``: the SQL of the ``data`` column's
-        (binding its one value)."""
-        return ", ".join(data if f.name == "data" else "%s" for f in _unsealed_fields())
+    def placeholders(data: str = "%s", chain: str = "%s") -> str:
+        """One ``%s`` per column of :meth:`columns`; ``data``, ``chain``: the SQL of those
+        columns' values (each binding its one parameter)."""
+        sql = {"data": data, "chain": chain}
+        return ", ".join(sql.get(f.name, "%s") for f in _unsealed_fields())
 
-    def params(self) -> list[Any]:
-        """The values of :meth:`columns`, prepared as the ORM prepares them, in that order."""
+    def params(self, chain: str | None = None) -> list[Any]:
+        """The values of :meth:`columns`, prepared as the ORM prepares them, in that order;
+        ``chain``: what to bind for the ``chain`` column instead of the event's."""
         return [
-            f.get_db_prep_save(f.pre_save(self.event, True), connection) for f in _unsealed_fields()
+            chain
+            if chain is not None and f.name == "chain"
+            else f.get_db_prep_save(f.pre_save(self.event, True), connection)
+            for f in _unsealed_fields()
         ]
 
     def written(self, pk: int) -> AuditEvent:

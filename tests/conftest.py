@@ -81,11 +81,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture
-def sealed_later(settings: Any) -> Iterator[None]:
+def sealed_later(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Audit events inserted unsealed and sealed after commit (the PostgreSQL default), with
-    the outbox's subscriptions read afresh."""
+    the outbox's subscriptions read afresh. The process's sealer thread is not woken (a test
+    seals with ``audit.seal.seal_pending``): in a transactional test it would seal while the
+    test's teardown truncates the tables, and the two deadlock."""
+    from audit import seal
     from mcptasks.outbox import subscriptions
 
+    monkeypatch.setattr(seal._sealer, "wake", lambda chain: None)
     settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 50
     subscriptions.forget()
     yield

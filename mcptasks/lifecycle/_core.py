@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import MappingProxyType
@@ -33,6 +34,7 @@ from django.db.models.functions import Coalesce, Now
 from django.db.models.sql import UpdateQuery
 from django.utils import timezone
 
+from audit.chain import TENANT_CHAIN_PREFIX, chain_for_tenant
 from audit.record import Actor, Unsealed, record, unsealed
 from mcptasks import events, metrics, outbox, search
 from mcptasks.models import (
@@ -214,9 +216,11 @@ def _apply(
     plan = None
     if where is None and connection.vendor == "postgresql":
         plan = _update_plan(task_id, tuple(sorted(source_states)), fence, values)
-    if event is not None and plan is None:
-        raise _Unplanned
-    if fence is None and "lease_expires_at" in fields and fields["lease_expires_at"] is None:
+    leaves_lease = fence is None and "lease_expires_at" in fields
+    leaves_lease = leaves_lease and fields["lease_expires_at"] is None
+    if event is not None and (plan is None or leaves_lease):
+        raise _Unplanned  # only one statement may carry the event: the move's, alone
+    if leaves_lease:
         _remember_leaving_lease(task_id)
     if plan is not None:
         task = plan.run(task_id, fence, values, event)
@@ -229,7 +233,8 @@ def _apply(
 
 
 class _Unplanned(Exception):
-    """A move with an event whose statement is not planned: nothing was written."""
+    """A move with an event that its statement cannot carry (no planned statement, or the
+    move writes another statement first): nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +288,9 @@ def _audited_move(
                 return _apply(task_id, event=MoveEvent(unsealed_event, audited.from_row), **move)
             except _Unplanned:
                 pass
-    with transaction.atomic():  # a savepoint in the caller's: a refusal leaves it usable
+    # In the caller's transaction if it has one (a refusal raises before any write, so it
+    # leaves that transaction usable), else in its own.
+    with nullcontext() if connection.in_atomic_block else transaction.atomic():
         task = _apply(task_id, **move)
         _audit(task, audited.action, audited.actor, audited.data_of(task))
     return task
@@ -347,9 +354,13 @@ def _returning_sql(update: str, event_from_row: tuple[str, ...] | None = None) -
         if event_from_row:
             pairs = ", ".join(f"'{key}', moved.\"{key}\"" for key in event_from_row)
             data = f"(%s::jsonb || jsonb_build_object({pairs}))"
+        # The chain by the tenant's slug as the move reads it (bound: the chain prefix), not
+        # as the caller last saw it.
+        columns = Unsealed.placeholders(data=data, chain='(%s || t."slug")')
         event = (
             f", event AS (INSERT INTO {Unsealed.columns()} "  # noqa: S608 - names from the models
-            f"SELECT {Unsealed.placeholders(data=data)} FROM moved RETURNING id)"
+            f"SELECT {columns} FROM moved "
+            f'JOIN "{Tenant._meta.db_table}" t ON t."id" = moved."tenant_id" RETURNING id)'
         )
         tenant += ", (SELECT id FROM event)"
     return (
@@ -372,7 +383,9 @@ def _run_returning(sql: str, params: Sequence[Any], event: MoveEvent | None = No
     task = task_plan.instance(row[:size])
     Task.tenant.field.set_cached_value(task, tenant_plan.instance(row[size:]))
     if event is not None:
-        event.unsealed.event.data.update({key: getattr(task, key) for key in event.from_row})
+        written = event.unsealed.event
+        written.chain = chain_for_tenant(task.tenant.slug)  # as the statement wrote it
+        written.data.update({key: getattr(task, key) for key in event.from_row})
         event.unsealed.written(event_id)
     return task
 
@@ -418,9 +431,8 @@ class UpdatePlan:
         params = self.params(task_id, fence, values)
         if event is None:
             return _run_returning(self.sql, params)
-        return _run_returning(
-            self.with_event(event.from_row), [*params, *event.unsealed.params()], event
-        )
+        event_params = event.unsealed.params(chain=TENANT_CHAIN_PREFIX)
+        return _run_returning(self.with_event(event.from_row), [*params, *event_params], event)
 
     def with_event(self, from_row: tuple[str, ...]) -> str:
         """The statement that also inserts the move's event (built once per plan and keys)."""

@@ -89,7 +89,8 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     task = _new_task(spec, now)
     created = _created_event(spec, task)
     event = None
-    if not spec.answered_inputs and not connection.in_atomic_block and not _save_signals():
+    one_statement = not connection.in_atomic_block and connection.get_autocommit()
+    if one_statement and not spec.answered_inputs and not _save_signals():
         task.tenant = _tenant(spec)
         event = _unsealed_audit(
             tenant_id=task.tenant_id,
@@ -104,13 +105,16 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     try:
         if event is not None:
             _create_in_one_statement(spec, task, event)
+            _after_creation(task)  # committed: at once
         else:
             _check_active_limits(spec)
-            task.tenant = _tenant(spec)  # read after the limits when the caller has not got it
+            if not Task.tenant.is_cached(task):  # read after the limits, if the caller has not
+                task.tenant = _tenant(spec)
             with transaction.atomic():
                 _insert_task(task)
                 _insert_answered_inputs(spec, task, now)
                 _audit(task, "task.created", actor, created, sensitive_keys=spec.sensitive_keys)
+                _after_creation(task)  # on commit
     except IntegrityError:
         if not spec.creation_key:
             raise
@@ -119,12 +123,6 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
         if winner is None:
             raise
         return winner, False
-    # After the commit (or the caller's): the tenant's group only, since the task's own has no
-    # subscriber before its id is answered; and the first run.
-    events.broadcast_on_commit(
-        task_id=task.pk, tenant_id=task.tenant_id, version=task.version, task_group=False
-    )
-    _run_on_commit(task)
     log.info(
         "task created",
         extra={
@@ -134,6 +132,15 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
         },
     )
     return task, True
+
+
+def _after_creation(task: Task) -> None:
+    """After the commit (or the caller's): the tenant's group only, since the task's own has no
+    subscriber before its id is answered; and the first run."""
+    events.broadcast_on_commit(
+        task_id=task.pk, tenant_id=task.tenant_id, version=task.version, task_group=False
+    )
+    _run_on_commit(task)
 
 
 def _new_task(spec: NewTask, now: datetime) -> Task:

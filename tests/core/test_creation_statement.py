@@ -168,3 +168,16 @@ def test_inline_sealing_keeps_the_transaction_and_seals_at_once(
     settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = 0
     task = _create(cast["alice"])
     assert _event_of(task).seq is not None
+
+
+def test_a_creation_with_autocommit_off_takes_the_transaction_path(
+    cast: dict[str, dict[str, Any]], sealed_later: None
+) -> None:
+    transaction.set_autocommit(False)
+    try:
+        task = _create(cast["alice"])
+        transaction.commit()
+    finally:
+        transaction.set_autocommit(True)
+    assert Task.objects.filter(pk=task.pk).exists()
+    assert _event_of(task).action == "task.created"

@@ -139,3 +139,16 @@ def test_inline_sealing_keeps_the_transaction_and_seals_at_once(
     task = lifecycle.task_claim(task_id=make_task().pk, worker=WORKER)
     _complete(task)
     assert all(e.seq is not None for e in AuditEvent.objects.filter(task_id=task.pk))
+
+
+def test_a_completions_event_takes_the_chain_of_the_tenants_slug_as_the_move_reads_it(
+    make_task: Callable[..., Task], sealed_later: None
+) -> None:
+    task = lifecycle.task_claim(task_id=make_task().pk, worker=WORKER)
+    stale = task.tenant.slug
+    type(task.tenant).objects.filter(pk=task.tenant_id).update(slug="acme-renamed")
+    assert task.tenant.slug == stale  # the runner's copy, read at the claim
+    done = _complete(task)
+    [completed] = _events(task, "task.completed")
+    assert completed.chain == "tenant:acme-renamed" != f"tenant:{stale}"
+    assert done.tenant.slug == "acme-renamed"
