@@ -341,11 +341,13 @@ def _bare_update(rows: QuerySet[Task], values: dict[str, Any]) -> tuple[str, lis
     return update, list(params)
 
 
+@functools.lru_cache(maxsize=64)
 def _returning_sql(update: str, event_from_row: tuple[str, ...] | None = None) -> str:
     """``update`` returning the moved task joined to its tenant. With ``event_from_row`` (a
     tuple, maybe empty) the statement also inserts the move's audit event, only if the move
     happened, and returns its id last; the event's ``data`` is its bound value with the moved
-    row's ``event_from_row`` columns merged in. Bound: the update's values, then the event's."""
+    row's ``event_from_row`` columns merged in. Bound: the update's values, then the event's.
+    Built once per shape (cached)."""
     task_plan, tenant_plan = _returning_plans()
     tenant = ", ".join(tenant_plan.columns)
     event = ""
@@ -432,17 +434,8 @@ class UpdatePlan:
         if event is None:
             return _run_returning(self.sql, params)
         event_params = event.unsealed.params(chain=TENANT_CHAIN_PREFIX)
-        return _run_returning(self.with_event(event.from_row), [*params, *event_params], event)
-
-    def with_event(self, from_row: tuple[str, ...]) -> str:
-        """The statement that also inserts the move's event (built once per plan and keys)."""
-        key = (self.update, from_row)
-        if key not in _event_statements:
-            _event_statements[key] = _returning_sql(self.update, from_row)
-        return _event_statements[key]
-
-
-_event_statements: dict[tuple[str, tuple[str, ...]], str] = {}
+        sql = _returning_sql(self.update, event.from_row)
+        return _run_returning(sql, [*params, *event_params], event)
 
 
 def _update_plan(
