@@ -19,7 +19,7 @@ from typing import Any
 import jsonschema
 import structlog
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 
 from audit.record import Actor
 from mcptasks import approval_policies, db_retry, failures, lifecycle, tracing
@@ -285,7 +285,10 @@ def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
 def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
     try:
         try:
-            value = tool_def.fn(context, **task.arguments)
+            try:
+                value = tool_def.fn(context, **task.arguments)
+            finally:
+                _end_transaction_left_open(task)
         except Exception:
             if context.broken is None:
                 raise
@@ -338,6 +341,25 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
             task, f"Tool {task.tool_name!r} returned a result that does not match its outputSchema"
         )
     return _complete(task, result, context)
+
+
+def _end_transaction_left_open(task: Task) -> None:
+    """A tool that turned autocommit off and returned with its transaction open: roll that
+    transaction back and turn autocommit on again, so the task's end is committed (and its
+    on-commit work registered) as always; the attempt fails, saying why. Its uncommitted writes
+    were never durable: the same as the worker's closing such a connection after the job."""
+    if connection.connection is None or connection.in_atomic_block or connection.get_autocommit():
+        return
+    log.error(
+        "tool left a database transaction open; rolled back",
+        extra={"task_id": task.pk, "tool": task.tool_name},
+    )
+    connection.rollback()
+    connection.set_autocommit(True)
+    raise ToolDefinitionError(
+        "the tool left a database transaction open (autocommit off); its uncommitted writes "
+        "were rolled back"
+    )
 
 
 def _state_of(task_id: str) -> str | None:

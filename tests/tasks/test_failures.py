@@ -103,3 +103,38 @@ def test_value_error_mid_run_is_explained_and_retried_from_the_failed_step(
     again = olga.post(reverse("dashboard:retry", args=[retry.pk]), follow=True)
     assert "cannot retry" in again.content.decode()
     assert Task.objects.count() == 2
+
+
+def test_a_tool_that_leaves_a_transaction_open_fails_and_its_writes_are_rolled_back(
+    make_task, monkeypatch
+):
+    from django.db import connection
+
+    from mcptasks import runner
+    from mcptasks.models import Tenant
+    from mcptasks.tools.registry import ToolDef, registry
+
+    def leaves_a_transaction(ctx: Any) -> str:
+        connection.set_autocommit(False)
+        Tenant.objects.filter(slug="acme").update(name="written, never committed")
+        return "done"
+
+    registry.ensure_loaded()
+    tool = ToolDef(
+        name="leaves_a_transaction",
+        fn=leaves_a_transaction,
+        description="turns autocommit off and returns",
+        input_schema={"type": "object"},
+        policy="task",
+        pack="tests.toolpack",  # a configured pack: the registry serves only those
+    )
+    monkeypatch.setitem(registry._tools, tool.name, tool)
+    task_id = make_task(tool_name=tool.name).pk
+    runner.run_task(task_id)
+
+    assert connection.get_autocommit()
+    task = Task.objects.get(pk=task_id)
+    assert task.state == TaskState.FAILED
+    assert "left a database transaction open" in task.error["message"]
+    assert Tenant.objects.get(slug="acme").name != "written, never committed"
+    assert AuditEvent.objects.filter(task_id=task_id, action="task.failed").exists()
