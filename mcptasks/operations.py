@@ -73,18 +73,26 @@ def workers() -> list[Worker]:
     ]
 
 
-def _counts(tasks: Any, key: str) -> list[dict[str, Any]]:
-    """``[{"name", "queued", "running"}]`` grouped by ``key``."""
-    return [
-        {"name": row[key], "queued": row["queued"], "running": row["running"]}
-        for row in tasks.filter(state__in=[S.QUEUED, S.RUNNING])
-        .values(key)
-        .annotate(
-            queued=Count("pk", filter=Q(state=S.QUEUED)),
-            running=Count("pk", filter=Q(state=S.RUNNING)),
-        )
-        .order_by(key)
-    ]
+def _backlog(tasks: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The queued and running tasks counted by tenant and by tool, each ``[{"name", "queued",
+    "running"}]`` in name order: one grouped pass over those rows (they are read from the
+    heap, wherever they lie in the table; two passes cost twice that at 1,000,000 tasks)."""
+    by_tenant: dict[str, dict[str, Any]] = {}
+    by_tool: dict[str, dict[str, Any]] = {}
+    rows = (
+        tasks.filter(state__in=[S.QUEUED, S.RUNNING])
+        .values("tenant__slug", "tool_name", "state")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    for row in rows:
+        for table, name in ((by_tenant, row["tenant__slug"]), (by_tool, row["tool_name"])):
+            counts = table.setdefault(name, {"name": name, "queued": 0, "running": 0})
+            counts[row["state"]] += row["n"]
+    return (
+        [by_tenant[name] for name in sorted(by_tenant)],
+        [by_tool[name] for name in sorted(by_tool)],
+    )
 
 
 def snapshot(tenant_ids: list[int] | None = None) -> Snapshot:
@@ -119,10 +127,11 @@ def snapshot(tenant_ids: list[int] | None = None) -> Snapshot:
     ]
     for row in near:
         row["expires_in_s"] = (row["lease_expires_at"] - now).total_seconds()
+    by_tenant, by_tool = _backlog(tasks)
     return Snapshot(
         workers=workers(),
-        by_tenant=_counts(tasks, "tenant__slug"),
-        by_tool=_counts(tasks, "tool_name"),
+        by_tenant=by_tenant,
+        by_tool=by_tool,
         running_by_owner=[
             dict(row)
             for row in tasks.filter(state=S.RUNNING)
