@@ -285,10 +285,7 @@ def _check_binding(task: Task, tool_def: ToolDef) -> str | None:
 def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
     try:
         try:
-            try:
-                value = tool_def.fn(context, **task.arguments)
-            finally:
-                _end_transaction_left_open(task)
+            value = _call_tool(task, tool_def, context)
         except Exception:
             if context.broken is None:
                 raise
@@ -341,6 +338,13 @@ def _execute(task: Task, tool_def: ToolDef, context: TaskContext) -> str | None:
             task, f"Tool {task.tool_name!r} returned a result that does not match its outputSchema"
         )
     return _complete(task, result, context)
+
+
+def _call_tool(task: Task, tool_def: ToolDef, context: TaskContext) -> Any:
+    try:
+        return tool_def.fn(context, **task.arguments)
+    finally:
+        _end_transaction_left_open(task)
 
 
 def _end_transaction_left_open(task: Task) -> None:

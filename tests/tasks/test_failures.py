@@ -12,12 +12,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
 from audit.models import AuditEvent
+from mcptasks import runner
 from mcptasks.logging import formatter
-from mcptasks.models import Effect, EffectState, Task, TaskState
+from mcptasks.models import Effect, EffectState, Task, TaskState, Tenant
+from mcptasks.tools.registry import ToolDef, registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,12 +111,6 @@ def test_value_error_mid_run_is_explained_and_retried_from_the_failed_step(
 def test_a_tool_that_leaves_a_transaction_open_fails_and_its_writes_are_rolled_back(
     make_task, monkeypatch
 ):
-    from django.db import connection
-
-    from mcptasks import runner
-    from mcptasks.models import Tenant
-    from mcptasks.tools.registry import ToolDef, registry
-
     def leaves_a_transaction(ctx: Any) -> str:
         connection.set_autocommit(False)
         Tenant.objects.filter(slug="acme").update(name="written, never committed")
