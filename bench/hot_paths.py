@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -60,6 +61,11 @@ def hey(
     concurrency: int = 32,
     rate: float | None = None,
 ) -> dict[str, float]:
+    if shutil.which("hey") is None:
+        raise SystemExit(
+            "bench: the load generator `hey` is not on PATH (`make bench` installs it: "
+            "apt-get install hey)"
+        )
     with tempfile.NamedTemporaryFile("wb", delete=False) as handle:
         handle.write(body)
     argv = [

@@ -181,6 +181,19 @@ def spy_top(
     }
 
 
+def quiesce() -> None:
+    """Let the audit sealer end its round, then close every connection and Django's pool: the
+    database is dropped next, and a sealer or pool still on it would log errors."""
+    from django.conf import settings
+    from django.db import connections
+
+    time.sleep(settings.MCPTASKS_AUDIT_SEAL_DELAY_MS / 1000 + 1)
+    for connection in connections.all():
+        connection.close()
+        if hasattr(connection, "close_pool"):
+            connection.close_pool()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--count", type=int, default=300)
@@ -205,9 +218,7 @@ def main() -> None:
         os.environ.update(server_env(url))
         instrument()
         results = profile(args.count, args.phase, token)
-        from django.db import connections
-
-        connections.close_all()
+        quiesce()
     if args.spy:
         for phase in ("create", "worker"):
             raw = RESULTS / f"profile_{phase}.spy.txt"
