@@ -121,14 +121,23 @@ def db_pooler() -> str:
     return value
 
 
+# Executions of one statement on one connection after which psycopg prepares it (its default).
+PREPARE_THRESHOLD = 5
+
+
 def postgres_database(database_url: str, pooler: str = "") -> dict[str, Any]:
     """The ``default`` database of ``DATABASE_URL`` (PostgreSQL only), with psycopg's pool
     unless ``DATABASE_POOL`` is off (``DATABASE_POOL_MIN`` / ``_MAX`` size it).
 
+    Parameters are bound server-side (``server_side_binding``: psycopg sends each statement and
+    its values apart, where Django's default merges them on the client) and a statement a
+    connection runs ``PREPARE_THRESHOLD`` times is prepared on it: PostgreSQL then skips its parse
+    and plan, which were half of its CPU per no-op task (issue 23; ``bench/PROFILE-23.md``).
+
     Behind a transaction pooler (``pooler``, see ``db_pooler``) nothing may outlive a transaction
     on its server connection: no server-side prepared statements (psycopg's and its pool's
-    ``prepare_threshold`` None, also Django's default, here stated) and no server-side cursors
-    (``.iterator()`` declares a cursor its later fetches might not find)."""
+    ``prepare_threshold`` None; values are still bound server-side, in unnamed statements) and no
+    server-side cursors (``.iterator()`` declares a cursor its later fetches might not find)."""
     import dj_database_url
 
     parsed_db = urlparse(database_url)
@@ -141,7 +150,10 @@ def postgres_database(database_url: str, pooler: str = "") -> dict[str, Any]:
         db = cast("dict[str, Any]", dj_database_url.parse(database_url, conn_max_age=0))
     except Exception as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is malformed: {exc}") from None
-    options: dict[str, Any] = {}
+    options: dict[str, Any] = {
+        "server_side_binding": True,
+        "prepare_threshold": None if pooler else PREPARE_THRESHOLD,
+    }
     if env_bool("DATABASE_POOL", default=True):
         options["pool"] = {
             "min_size": env_int("DATABASE_POOL_MIN", 1),
@@ -149,10 +161,8 @@ def postgres_database(database_url: str, pooler: str = "") -> dict[str, Any]:
             "timeout": 10,
         }
     if pooler:
-        options["prepare_threshold"] = None  # the connection's and its pool's connections'
         db["DISABLE_SERVER_SIDE_CURSORS"] = True
-    if options:
-        db["OPTIONS"] = options
+    db["OPTIONS"] = options
     return db
 
 

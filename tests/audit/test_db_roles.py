@@ -45,7 +45,10 @@ def app_role(transactional_db: None, settings: Any) -> Iterator[tuple[str, str]]
     """A LOGIN role of this test run, granted by `migrate` as the app role; dropped after."""
     role, password = f"mcptasks_test_app_{os.getpid()}", secrets.token_urlsafe(18)
     with connection.cursor() as cursor:
-        cursor.execute(f"CREATE ROLE {role} LOGIN PASSWORD %s", [password])
+        # DDL takes no bound values: the password is quoted into the statement client-side.
+        cursor.execute(
+            connection.ops.compose_sql(f"CREATE ROLE {role} LOGIN PASSWORD %s", [password])
+        )
     settings.MCPTASKS_DB_APP_ROLE = role
     try:
         yield role, password
