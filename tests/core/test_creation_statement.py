@@ -181,3 +181,29 @@ def test_a_creation_with_autocommit_off_takes_the_transaction_path(
         transaction.set_autocommit(True)
     assert Task.objects.filter(pk=task.pk).exists()
     assert _event_of(task).action == "task.created"
+
+
+def test_the_active_counts_use_their_partial_indexes_in_a_generic_plan(
+    cast: dict[str, dict[str, Any]],
+) -> None:
+    """A connection prepares what it runs often (mcptasks.conf); the counts' generic plan — no
+    parameter values known — still reads the partial indexes of active tasks, so a principal's
+    count never scans the tasks it has finished."""
+    parts = creation._active_counts_sql().split("%s")
+    numbered = parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], start=1))
+    values = creation._count_params(_spec(cast["alice"]))
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table: scans cost nothing
+        cursor.execute(f"PREPARE active_counts AS {numbered}")
+        try:
+            cursor.execute(
+                connection.ops.compose_sql(
+                    f"EXPLAIN EXECUTE active_counts ({', '.join(['%s'] * len(values))})", values
+                )
+            )
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE active_counts")
+    assert "task_active_principal" in plan, plan
+    assert "task_active_tenant" in plan, plan
