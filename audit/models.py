@@ -33,6 +33,8 @@ from __future__ import annotations
 from django.db import models
 from django.utils import timezone
 
+from mcptasks.task_ids import TaskIdField
+
 
 class ChainHead(models.Model):
     """One row per chain: its last sealed event. Locked by the sealer (:mod:`audit.seal`), or,
@@ -53,7 +55,7 @@ class AuditEvent(models.Model):
     actor_id = models.CharField(max_length=64, blank=True, default="")
     actor_display = models.CharField(max_length=200, blank=True, default="")
     action = models.CharField(max_length=64)
-    task_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    task_id = TaskIdField(max_length=64, blank=True, default="", db_index=True)
     data = models.JSONField(default=dict)
     request_id = models.CharField(max_length=64, blank=True, default="")
     prev_hash = models.CharField(max_length=64, null=True, blank=True)
@@ -165,7 +167,7 @@ class LegalHold(models.Model):
     """
 
     tenant = models.ForeignKey("mcptasks.Tenant", on_delete=models.PROTECT, related_name="+")
-    task_id = models.CharField(max_length=64, blank=True, default="", db_index=True)
+    task_id = TaskIdField(max_length=64, blank=True, default="", db_index=True)
     reason = models.TextField()
     placed_by = models.CharField(max_length=200)
     placed_at = models.DateTimeField(default=timezone.now)

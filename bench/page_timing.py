@@ -84,6 +84,16 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
     # as many rows on 1,000 tasks as on 100,000 (B4 compares the cost of the table sizes).
     spacing = timedelta(days=35) / task_count
     start = now - spacing * task_count
+    # Each task in its day's partition (PostgreSQL), as a server running those 35 days made them.
+    from mcptasks import task_partitions
+
+    if task_partitions.partitioned():
+        have = {part.name for part in task_partitions.partitions()}
+        day = start.date()
+        while day <= now.date():
+            if f"mcptasks_task_p{day:%Y%m%d}" not in have:
+                task_partitions.attach_day(day)
+            day += timedelta(days=1)
     states = [state for state, weight in STATE_WEIGHTS for _ in range(weight)]
     special = {
         "awaiting_operator": 200,
@@ -116,7 +126,7 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
             "cancel_stuck": "running",
             "failed": "failed",
         }.get(kind or "", rng.choice(states))
-        task_id = new_task_id()
+        task_id = new_task_id(created)
         terminal = state in ("completed", "failed", "cancelled")
         service = "checkout" if kind == "checkout" else f"svc-{index % 97}"
         arguments = {"service": service, "version": f"1.{index % 13}.0"}
@@ -268,9 +278,13 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
 
     with connection.cursor() as cursor:
         # Bulk inserts leave the search's trigram entries in GIN pending lists; a live database
-        # has them merged by autovacuum, as here.
+        # has them merged by autovacuum, as here (each day partition's index of them).
         for index in ("task_search_summary_trgm", "task_search_status_trgm"):
-            cursor.execute("SELECT gin_clean_pending_list(%s::regclass)", [index])
+            cursor.execute(
+                "SELECT gin_clean_pending_list(relid) FROM pg_partition_tree(%s::regclass)"
+                " WHERE isleaf",
+                [index],
+            )
         cursor.execute("ANALYZE")
     acme_tasks = [row for row in task_rows if row[1] == acme.pk]
     newest_acme = acme_tasks[-1][0]
@@ -377,9 +391,10 @@ def time_page(client: Any, url: str, runs: int) -> dict[str, Any]:
 def pages(seeded: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(user, label, url) of every page timed."""
     from mcptasks.queries import encode_cursor
+    from mcptasks.task_ids import distinctive
 
     newest = seeded["newest_acme"]
-    cursor = encode_cursor(datetime.now(UTC) - timedelta(days=10), "~")
+    cursor = encode_cursor(datetime.now(UTC) - timedelta(days=10), "~~")  # after every id
     return [
         ("olga", "inbox", "/inbox/"),
         ("olga", "tasks list (acme, 70k)", "/tasks/"),
@@ -387,7 +402,8 @@ def pages(seeded: dict[str, Any]) -> list[tuple[str, str, str]]:
         ("olga", "tasks list, 10 days back", f"/tasks/?older={cursor}"),
         ("olga", "tasks list, state=failed", "/tasks/?state=failed"),
         ("olga", "tasks list, tool + principal", "/tasks/?tool=cloud_job&principal=adam"),
-        ("olga", "tasks search by id prefix", f"/tasks/?tenant=&q={newest[:10]}"),
+        # What the pages show of an id: the part after its day prefix.
+        ("olga", "tasks search by id prefix", f"/tasks/?tenant=&q={distinctive(newest)[:10]}"),
         ("olga", "tasks search by job id", f"/tasks/?tenant=&q={seeded['job_id']}"),
         ("olga", "tasks search by text (checkout)", "/tasks/?tenant=&q=checkout"),
         ("olga", "tasks search by requester (adam)", "/tasks/?q=adam"),

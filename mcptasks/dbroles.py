@@ -7,9 +7,11 @@ no UPDATE, DELETE or TRUNCATE, and, not owning them, no ``ALTER TABLE … DISABL
 Retention deletes through ``audit_purge_prefix`` (audit migration 0004) and drops whole
 partitions through ``audit_drop_partition`` (0008), the sealer seals through
 ``audit_seal_events`` (0007) and the sweep creates partitions ahead through
-``audit_ensure_partitions`` (0008), which it may EXECUTE. The partitions of the audit events
-grant the role nothing: it reaches their rows through the partitioned table only (those created
-later by ``audit_ensure_partitions`` belong to the owner and grant nothing either).
+``audit_ensure_partitions`` (0008), which it may EXECUTE; likewise for the task table's day
+partitions (mcptasks migration 0016): ``mcptasks_task_ensure_partitions`` and
+``mcptasks_task_partition_purge``. The partitions of the audit events and of the tasks grant the
+role nothing: it reaches their rows through the partitioned table only (those created later
+belong to the owner and grant nothing either).
 
 With ``MCPTASKS_DB_APP_ROLE`` set, every ``manage.py migrate`` run by the owner ends by granting
 exactly that to the role (:func:`grant_app_role`), so tables added by later migrations are
@@ -30,6 +32,8 @@ PURGE_FUNCTION = "audit_purge_prefix(varchar, bigint, timestamptz)"
 SEAL_FUNCTION = "audit_seal_events(bigint[], bigint[], varchar[], varchar[])"
 ENSURE_PARTITIONS_FUNCTION = "audit_ensure_partitions(integer)"
 DROP_PARTITION_FUNCTION = "audit_drop_partition(text, varchar[], bigint[], timestamptz[])"
+TASK_ENSURE_PARTITIONS_FUNCTION = "mcptasks_task_ensure_partitions(integer)"
+TASK_PURGE_PARTITION_FUNCTION = "mcptasks_task_partition_purge(text, timestamptz, boolean)"
 
 
 def _append_only_tables() -> list[str]:
@@ -72,6 +76,11 @@ def grant_app_role(connection: Any, role: str) -> None:
         if partitioned:
             cursor.execute("SELECT name FROM audit_partitions()")
             event_partitions = [quote(row[0]) for row in cursor.fetchall()]
+        cursor.execute("SELECT to_regprocedure('mcptasks_task_partitions()') IS NOT NULL")
+        tasks_partitioned = bool(cursor.fetchone()[0])  # mcptasks migration 0016 applied
+        if tasks_partitioned:
+            cursor.execute("SELECT name FROM mcptasks_task_partitions()")
+            event_partitions += [quote(row[0]) for row in cursor.fetchall()]
         statements = [
             f"GRANT USAGE ON SCHEMA {schema} TO {who}",
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {who}",
@@ -85,6 +94,11 @@ def grant_app_role(connection: Any, role: str) -> None:
             statements += [
                 f"GRANT EXECUTE ON FUNCTION {ENSURE_PARTITIONS_FUNCTION} TO {who}",
                 f"GRANT EXECUTE ON FUNCTION {DROP_PARTITION_FUNCTION} TO {who}",
+            ]
+        if tasks_partitioned:
+            statements += [
+                f"GRANT EXECUTE ON FUNCTION {TASK_ENSURE_PARTITIONS_FUNCTION} TO {who}",
+                f"GRANT EXECUTE ON FUNCTION {TASK_PURGE_PARTITION_FUNCTION} TO {who}",
             ]
         if event_partitions:  # granted by ALL TABLES above: the rows are reached via the parent
             statements.append(f"REVOKE ALL ON {', '.join(event_partitions)} FROM {who}")

@@ -75,6 +75,13 @@ def _sender_loop() -> asyncio.AbstractEventLoop:
     return _sender
 
 
+def task_group_name(task_id: str) -> str:
+    """The channel-layer group of a task's changes. A group name allows letters, digits,
+    ``-``, ``_`` and ``.``: a task id's ``~`` (mcptasks/task_ids.py) is written as ``.``,
+    which no task id holds."""
+    return "task." + task_id.replace("~", ".")
+
+
 def broadcast(task_id: str, tenant_id: int, version: int, *, task_group: bool = True) -> None:
     """Send ``(task id, version)`` to groups ``task.<id>`` and ``tenant.<id>`` now; with
     ``task_group`` False to ``tenant.<id>`` only (a task just created: nobody can have
@@ -89,7 +96,7 @@ def broadcast(task_id: str, tenant_id: int, version: int, *, task_group: bool = 
         "version": version,
     }
 
-    groups = [f"task.{task_id}"] if task_group else []
+    groups = [task_group_name(task_id)] if task_group else []
     groups.append(f"tenant.{tenant_id}")
     if isinstance(layer, RedisChannelLayer):
         try:

@@ -267,6 +267,9 @@ MCPTASKS_MAX_REQUEST_BYTES = env_int("MCPTASKS_MAX_REQUEST_BYTES", 1_048_576)
 MCPTASKS_DEFAULT_TTL_MS = env_int("MCPTASKS_DEFAULT_TTL_MS", 3_600_000)
 MCPTASKS_DEFAULT_POLL_INTERVAL_MS = env_int("MCPTASKS_DEFAULT_POLL_INTERVAL_MS", 1000)
 MCPTASKS_TERMINAL_GRACE_S = env_int("MCPTASKS_TERMINAL_GRACE_S", 3600)
+# PostgreSQL: the TTL purge drops a whole day's partition of tasks once every task of it is due
+# (mcptasks/task_partitions.py); off, every task is purged row by row at its TTL plus the grace.
+MCPTASKS_TASK_PARTITION_PURGE = env_bool("MCPTASKS_TASK_PARTITION_PURGE", default=True)
 MCPTASKS_LEASE_S = env_int("MCPTASKS_LEASE_S", 30)
 # A requested cancel not taken effect after this long is listed as stuck for operators.
 MCPTASKS_STUCK_CANCEL_S = env_int("MCPTASKS_STUCK_CANCEL_S", 60)

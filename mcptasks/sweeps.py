@@ -14,7 +14,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from audit import holds, partitions, seal
-from mcptasks import events, fairshare, heartbeats, lifecycle
+from mcptasks import events, fairshare, heartbeats, lifecycle, task_partitions
 from mcptasks.models import (
     TERMINAL_STATES,
     EffectState,
@@ -67,15 +67,23 @@ def expire_tasks() -> int:
 
 
 def purge_tasks() -> int:
-    cutoff = timezone.now() - timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
+    """Purge the tasks past their TTL plus the grace: whole days first on PostgreSQL
+    (:func:`task_partitions.purge_when_due`, every few minutes), then row by row what no day's
+    purge covers."""
+    now = timezone.now()
+    purged = sum(tasks for _, tasks in task_partitions.purge_when_due(now))
+    cutoff = now - timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
+    due = Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
+    below = task_partitions.row_purge_below(now)
+    if below is not None:  # the days after wait for their whole-day purge
+        due = due.filter(id__lt=below)
     # A task whose unknown effect waits for an operator is kept until it is reconciled.
     ids = list(
-        Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
-        .exclude(effects__state=EffectState.UNKNOWN)
+        due.exclude(effects__state=EffectState.UNKNOWN)
         .exclude(holds.held_tasks_q())  # held tasks must not fill every batch
         .values_list("pk", flat=True)[:BATCH]
     )
-    return sum(1 for task_id in ids if lifecycle.task_purge(task_id=task_id))
+    return purged + sum(1 for task_id in ids if lifecycle.task_purge(task_id=task_id))
 
 
 def timeout_inputs() -> int:
@@ -149,10 +157,17 @@ def audit_partitions() -> int:
     return len(partitions.ensure_due())
 
 
+def task_partitions_ahead() -> int:
+    """The task table's partitions of the coming days (mcptasks/task_partitions.py), at most
+    hourly per process; how many were created."""
+    return len(task_partitions.ensure_due())
+
+
 def run_all() -> dict[str, int]:
     done = {
         "audit_sealed": seal_audit(),
         "audit_partitions": audit_partitions(),
+        "task_partitions": task_partitions_ahead(),
         "reaped": reap_leases(),
         "woken": wake_timers(),
         "expired": expire_tasks(),

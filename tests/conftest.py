@@ -27,6 +27,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # (audit/seal.py, the PostgreSQL default) has its own tests: tests/audit/test_seal*.py.
     os.environ.setdefault("MCPTASKS_AUDIT_SEAL_DELAY_MS", "0")
     settings.MCPTASKS_AUDIT_SEAL_DELAY_MS = int(os.environ["MCPTASKS_AUDIT_SEAL_DELAY_MS"])
+    # The general suite purges a task at its TTL plus the grace, row by row, as SQLite does: the
+    # whole-day partition purge (mcptasks/task_partitions.py, the PostgreSQL default) waits for
+    # the day to end and has its own tests, tests/tasks/test_task_partitions.py.
+    os.environ.setdefault("MCPTASKS_TASK_PARTITION_PURGE", "0")
+    settings.MCPTASKS_TASK_PARTITION_PURGE = os.environ["MCPTASKS_TASK_PARTITION_PURGE"] == "1"
     # Tests run jobs themselves (embedded.drain, runner.run_task): the application must not
     # start the embedded default's worker threads on its first request.
     from mcptasks import embedded

@@ -12,7 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from audit import actions as audit_actions
-from mcptasks import wire
+from mcptasks import task_ids, wire
 from mcptasks.models import Task, TaskState
 from mcptasks.wire import WIRE_STATUS
 
@@ -173,6 +173,9 @@ def pretty_json(value: Any) -> str:
 
 @register.filter
 def short_id(value: str, length: int = 10) -> str:
+    """The first ``length`` characters of an id or a hash; of a task id, those after its day
+    prefix (which a day's tasks share)."""
+    value = task_ids.distinctive(value)
     return value if len(value) <= length else f"{value[:length]}…"
 
 

@@ -25,7 +25,16 @@ from mcptasks.lifecycle._core import (
     _run_on_commit,
     _unsealed_audit,
 )
-from mcptasks.models import ACTIVE_STATES, Audience, InputRequest, InputState, Task, Tenant
+from mcptasks.models import (
+    ACTIVE_STATES,
+    Audience,
+    InputRequest,
+    InputState,
+    Task,
+    TaskCreationKey,
+    Tenant,
+)
+from mcptasks.task_ids import new_task_id
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +84,12 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     for ``MCPTASKS_IDEMPOTENCY_WINDOW_S``. Raises :class:`CreationKeyConflict` when the key was
     used for other arguments, :class:`LimitExceeded` past an active-task limit.
 
-    On PostgreSQL, with events sealed after commit, the task is checked against the limits,
-    inserted and audited by one statement — one round trip, its own transaction
-    (:func:`_create_in_one_statement`); otherwise (answers given before creation, a tenant's
-    outbox subscriptions, a caller's open transaction, SQLite) the limits are counted and the
-    task and its event written in one transaction.
+    On PostgreSQL, with events sealed after commit, an unkeyed task is checked against the
+    limits, inserted and audited by one statement — one round trip, its own transaction
+    (:func:`_create_in_one_statement`); otherwise (a creation key, answers given before
+    creation, a tenant's outbox subscriptions, a caller's open transaction, SQLite) the limits
+    are counted and the task, its key (:class:`TaskCreationKey`, unique per principal) and its
+    event written in one transaction.
     """
     now = timezone.now()
     if spec.creation_key:
@@ -90,7 +100,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     created = _created_event(spec, task)
     event = None
     one_statement = not connection.in_atomic_block and connection.get_autocommit()
-    if one_statement and not spec.answered_inputs and not _save_signals():
+    if one_statement and not spec.creation_key and not spec.answered_inputs and not _save_signals():
         task.tenant = _tenant(spec)
         event = _unsealed_audit(
             tenant_id=task.tenant_id,
@@ -111,6 +121,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
             if not Task.tenant.is_cached(task):  # read after the limits, if the caller has not
                 task.tenant = _tenant(spec)
             with transaction.atomic():
+                _insert_creation_key(spec, task, now)
                 _insert_task(task)
                 _insert_answered_inputs(spec, task, now)
                 _audit(task, "task.created", actor, created, sensitive_keys=spec.sensitive_keys)
@@ -118,7 +129,8 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     except IntegrityError:
         if not spec.creation_key:
             raise
-        # A concurrent identical request won the unique (principal, creation_key) race.
+        # A concurrent identical request won the unique (principal, key) race: this one's
+        # transaction rolled back, its task with it.
         winner = _existing_for_key(spec, now)
         if winner is None:
             raise
@@ -146,6 +158,7 @@ def _after_creation(task: Task) -> None:
 def _new_task(spec: NewTask, now: datetime) -> Task:
     """The queued task ``spec`` asks for, not saved (its tenant not set)."""
     task = Task(
+        id=new_task_id(now),  # the creation day's partition (mcptasks/task_ids.py)
         tenant_id=spec.tenant_id,
         principal_id=spec.principal_id,
         token_id=spec.token_id,
@@ -162,7 +175,6 @@ def _new_task(spec: NewTask, now: datetime) -> Task:
         updated_at=now,
         expires_at=now + timedelta(milliseconds=spec.ttl_ms) if spec.ttl_ms else None,
         client_capabilities=spec.client_capabilities,
-        creation_key=spec.creation_key,
         correlation_id=spec.correlation_id or failures.new_correlation_id(),
         traceparent=tracing.new_task_traceparent(spec.tool_name),
     )
@@ -180,6 +192,16 @@ def _created_event(spec: NewTask, task: Task) -> dict[str, Any]:
         "ttl_ms": spec.ttl_ms,
         "answered_before_creation": [a.key for a in spec.answered_inputs],
     }
+
+
+def _insert_creation_key(spec: NewTask, task: Task, now: datetime) -> None:
+    """Claim ``spec``'s creation key for ``task`` (none without a key). First in the
+    transaction: a concurrent request for the same key waits on the unique index here, then
+    fails before it writes a task (the foreign key to the task is checked at commit)."""
+    if spec.creation_key:
+        TaskCreationKey.objects.create(
+            principal_id=spec.principal_id, key=spec.creation_key, task_id=task.pk, created_at=now
+        )
 
 
 def _insert_answered_inputs(spec: NewTask, task: Task, now: datetime) -> None:
@@ -282,20 +304,21 @@ class LimitExceeded(LifecycleError):
 
 
 def _existing_for_key(spec: NewTask, now: datetime) -> Task | None:
-    existing = (
-        Task.objects.select_related("tenant")
-        .filter(principal_id=spec.principal_id, creation_key=spec.creation_key)
+    """The task of ``spec``'s principal and creation key, or None (none, or the key expired:
+    then it is released). Raises :class:`CreationKeyConflict` for another tool or arguments."""
+    claim = (
+        TaskCreationKey.objects.select_related("task__tenant")
+        .filter(principal_id=spec.principal_id, key=spec.creation_key)
         .first()
     )
-    if existing is None:
+    if claim is None:
         return None
     window = timedelta(seconds=settings.MCPTASKS_IDEMPOTENCY_WINDOW_S)
-    if existing.created_at < now - window:
+    if claim.created_at < now - window:
         # The key expired: release it so this request creates a new task.
-        Task.objects.filter(pk=existing.pk, creation_key=spec.creation_key).update(
-            creation_key=None
-        )
+        TaskCreationKey.objects.filter(pk=claim.pk).delete()
         return None
+    existing = claim.task
     if existing.tool_name != spec.tool_name or existing.argument_digest != spec.digest():
         raise CreationKeyConflict(
             "idempotency key already used for a different call "

@@ -31,7 +31,7 @@ from channels.layers import get_channel_layer
 from django.db import close_old_connections
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from mcptasks import access, wire
+from mcptasks import access, events, wire
 from mcptasks.models import TERMINAL_STATES, Task
 from mcptasks.protocol.call import META_SUBSCRIPTION
 
@@ -257,7 +257,7 @@ class Hub:
                 if viewers is None:
                     viewers = self.streams[task_id] = {}
                     if self.layer is not None and self.channel is not None:
-                        await self.layer.group_add(f"task.{task_id}", self.channel)
+                        await self.layer.group_add(events.task_group_name(task_id), self.channel)
                 viewers.setdefault(stream.viewer, set()).add(stream)
 
     async def unsubscribe(self, task_ids: list[str], stream: Subscriber) -> None:
@@ -276,7 +276,9 @@ class Hub:
                 del self.streams[task_id]
                 if self.layer is not None and self.channel is not None:
                     with contextlib.suppress(Exception):  # membership also expires on its own
-                        await self.layer.group_discard(f"task.{task_id}", self.channel)
+                        await self.layer.group_discard(
+                            events.task_group_name(task_id), self.channel
+                        )
 
     async def _read(self) -> None:
         assert self.layer is not None and self.channel is not None

@@ -2,7 +2,7 @@
 ``from mcptasks.models import X`` is the one import path (app label ``mcptasks``).
 
 - ``principals``: tenants, memberships (roles), API tokens
-- ``tasks``: tasks, their replay steps and per-task delegations
+- ``tasks``: tasks, their creation keys, replay steps and per-task delegations
 - ``approvals``: input requests, approval decisions, reviewer groups, approval policies
 - ``effects``: downstream effects and their reconciliation
 - ``heartbeats``: signs of life of workers and the sweep
@@ -38,6 +38,7 @@ from mcptasks.models.tasks import (
     ACTIVE_STATES,
     TERMINAL_STATES,
     Task,
+    TaskCreationKey,
     TaskGroupObjectPermission,
     TaskState,
     TaskStep,
@@ -70,6 +71,7 @@ __all__ = [
     "ReviewerGroup",
     "Role",
     "Task",
+    "TaskCreationKey",
     "TaskGroupObjectPermission",
     "TaskState",
     "TaskStep",

@@ -1,11 +1,10 @@
-"""Tasks: the durable task row, its replay steps and its per-task delegations.
+"""Tasks: the durable task row, its creation keys, its replay steps and its per-task
+delegations.
 
 Task state is written through ``mcptasks.lifecycle`` only; ``save()`` carries no logic.
 """
 
 from __future__ import annotations
-
-import secrets
 
 from django.conf import settings
 from django.db import models
@@ -13,11 +12,7 @@ from django.utils import timezone
 from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
 
 from mcptasks.models.principals import ApiToken, Tenant
-
-
-def new_task_id() -> str:
-    """A 192-bit url-safe random id (DESIGN §3: ≥128 bits from `secrets`)."""
-    return secrets.token_urlsafe(24)
+from mcptasks.task_ids import TaskIdField, distinctive, new_task_id
 
 
 class TaskState(models.TextChoices):
@@ -37,7 +32,7 @@ ACTIVE_STATES = frozenset(set(TaskState) - TERMINAL_STATES)
 
 
 class Task(models.Model):
-    id = models.CharField(primary_key=True, max_length=64, default=new_task_id, editable=False)
+    id = TaskIdField(primary_key=True, max_length=64, default=new_task_id, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tasks")
     principal = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="tasks"
@@ -78,8 +73,6 @@ class Task(models.Model):
     version = models.IntegerField(default=1)  # bumped by every visible change
     wake_at = models.DateTimeField(null=True, blank=True)
     client_capabilities = models.JSONField(default=dict)
-    # Idempotency of creation: the MRTR requestState nonce or a client idempotency key.
-    creation_key = models.CharField(max_length=128, null=True, blank=True)
     # The step keys of the first run, in order: a replay that diverges fails the task.
     step_log = models.JSONField(default=list)
     # What a completed task came to beyond its wire status: "rejected" when an approval gate of
@@ -137,17 +130,10 @@ class Task(models.Model):
                 condition=models.Q(state="queued"),
             ),
         ]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["principal", "creation_key"],
-                condition=models.Q(creation_key__isnull=False),
-                name="task_creation_key_unique",
-            )
-        ]
         permissions = [("answer_task", "May answer the task's operator input requests")]
 
     def __str__(self) -> str:
-        return f"{self.tool_name}:{self.id[:8]} ({self.state})"
+        return f"{self.tool_name}:{distinctive(self.id)[:8]} ({self.state})"
 
     @property
     def is_terminal(self) -> bool:
@@ -159,6 +145,30 @@ class Task(models.Model):
         from mcptasks.tracing import trace_id_of
 
         return trace_id_of(self.traceparent)
+
+
+class TaskCreationKey(models.Model):
+    """The idempotency of a task's creation: the MRTR requestState nonce (``mrtr:…``) or a
+    client idempotency key (``idem:…``), one task per principal and key
+    (``lifecycle.task_create``). A table of its own because the task table is partitioned by
+    ``id`` on PostgreSQL, and a partitioned table cannot hold a unique constraint that leaves
+    out its partition key."""
+
+    principal = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    key = models.CharField(max_length=128)
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="creation_keys")
+    # The task's creation: the key is honoured for MCPTASKS_IDEMPOTENCY_WINDOW_S after it.
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["principal", "key"], name="task_creation_key_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} -> {self.task_id}"
 
 
 class TaskUserObjectPermission(UserObjectPermissionBase):

@@ -33,6 +33,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from mcptasks.task_ids import TaskIdField
+
 
 class Destination(models.Model):
     tenant = models.ForeignKey(
@@ -81,7 +83,7 @@ class Delivery(models.Model):
     tenant = models.ForeignKey("mcptasks.Tenant", on_delete=models.CASCADE, related_name="+")
     event_id = models.CharField(max_length=120)
     event_type = models.CharField(max_length=64)
-    task_id = models.CharField(max_length=64, blank=True, default="")
+    task_id = TaskIdField(max_length=64, blank=True, default="")
     ordering_key = models.CharField(max_length=80)
     messages = models.JSONField(default=list)
     first_seq = models.BigIntegerField(null=True, blank=True)

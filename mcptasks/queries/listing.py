@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from audit import actions as audit_actions
 from audit.models import AuditEvent
-from mcptasks import access, inputs, wire
+from mcptasks import access, inputs, task_partitions, wire
 from mcptasks.models import Task, TaskState, Tenant
 from mcptasks.pagination import decode_cursor, encode_cursor
 from mcptasks.search import MIN_TEXT_TERM
@@ -150,7 +150,7 @@ class TaskFilters:
             term = self.search
             found = Q(pk=term) | Q(backend_job_id=term)
             if len(term) >= 6:
-                found |= Q(pk__startswith=term)
+                found |= task_partitions.id_search(term)
             if len(term) >= MIN_TEXT_TERM:
                 found |= _text_search(term)
             condition &= found

@@ -15,6 +15,7 @@ from audit.record import Actor
 from mcptasks import lifecycle
 from mcptasks.lifecycle import InputSpec
 from mcptasks.models import ApprovalDecision, InputKind, InputRequest, Task
+from mcptasks.task_ids import distinctive
 from mcptasks.tools.context import GATE_SCHEMA
 from tests.api import conftest as api_fixtures
 from tests.api.conftest import ok, problem
@@ -88,7 +89,7 @@ def test_the_dashboard_refuses_with_the_same_reason_and_never_shows_an_auditor_t
     assert "data-effects" in olga_page and "build" in olga_page
     earlier = paused_deploy("alice")
     olga_page = signed_in(users["olga"]).get(url).content.decode()
-    assert "data-recent" in olga_page and earlier.pk[:8] in olga_page
+    assert "data-recent" in olga_page and distinctive(earlier.pk)[:8] in olga_page
 
 
 @pytest.fixture

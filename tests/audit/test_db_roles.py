@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from io import StringIO
@@ -25,9 +23,9 @@ from django.utils import timezone
 from audit.chain import verify_chain
 from audit.models import AuditEvent
 from mcptasks.dbroles import grant_app_role
+from tests.scratch_db import run_django
 
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
-REPO = Path(__file__).resolve().parents[2]
 ACME = "tenant:acme"
 APPEND_ONLY = ("audit_auditevent", "audit_retentioncheckpoint")
 
@@ -194,23 +192,8 @@ def test_retention_runs_as_the_app_role(
         "                      now=timezone.now() + timedelta(days=2))\n"
         "print(json.dumps({'purged': result.purged, 'ok': verify_chain('tenant:acme').ok}))\n"
     )
-    env = {
-        **os.environ,
-        "DATABASE_URL": role_url(*app_role),
-        "MCPTASKS_VAR_DIR": str(tmp_path),
-        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-    }
-    env.pop("MCPTASKS_DB_APP_ROLE", None)
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    stdout = run_django(role_url(*app_role), tmp_path, "-c", script)
+    outcome = json.loads(stdout.strip().splitlines()[-1])
     assert outcome["ok"] is True
     assert outcome["purged"] >= 3  # the three events and whatever the cast's seeding recorded
     actions = list(
@@ -241,24 +224,10 @@ def test_the_app_role_seals_batched_events_and_still_cannot_update_them(
         "report = verify_chain('tenant:acme')\n"
         "print(json.dumps({'unsealed': unsealed, 'ok': report.ok, 'left': report.unsealed}))\n"
     )
-    env = {
-        **os.environ,
-        "DATABASE_URL": role_url(*app_role),
-        "MCPTASKS_VAR_DIR": str(tmp_path),
-        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-        "MCPTASKS_AUDIT_SEAL_DELAY_MS": "100",
-    }
-    env.pop("MCPTASKS_DB_APP_ROLE", None)
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    stdout = run_django(
+        role_url(*app_role), tmp_path, "-c", script, MCPTASKS_AUDIT_SEAL_DELAY_MS="100"
     )
-    assert result.returncode == 0, result.stderr
-    outcome = json.loads(result.stdout.strip().splitlines()[-1])
+    outcome = json.loads(stdout.strip().splitlines()[-1])
     assert outcome == {"unsealed": 3, "ok": True, "left": 0}
     assert "permission denied for table audit_auditevent" in refused(
         as_app, "UPDATE audit_auditevent SET seq = seq"
@@ -276,3 +245,56 @@ def test_a_superuser_is_refused_as_the_app_role(transactional_db: None) -> None:
         grant_app_role(connection, "mcptasks_no_such_role")
     with pytest.raises(ImproperlyConfigured, match="plain role name"):
         grant_app_role(connection, 'x"; DROP TABLE audit_auditevent; --')
+
+
+def test_the_app_role_drops_a_due_day_of_tasks_and_cannot_touch_a_partition(
+    app_role: tuple[str, str],
+    as_app: psycopg.Connection[Any],
+    make_task: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """The task table's day partitions (mcptasks migration 0016) grant the app role nothing
+    either; it creates days ahead and drops a due day only through the two functions, in a
+    process of its own connected as that role."""
+    import time_machine
+
+    from mcptasks import lifecycle, task_partitions
+
+    day = timezone.now().date() - timedelta(days=3)
+    past = task_partitions.attach_day(day)  # as the owner: the ensure function makes today's on
+    with time_machine.travel(timezone.now() - timedelta(days=3), tick=False):
+        task = make_task(ttl_ms=60_000)
+        lifecycle.task_claim(task_id=task.pk, worker="w1")
+        lifecycle.task_complete(task_id=task.pk, attempt=1, result={"content": []})
+    created = [
+        row[0] for row in as_app.execute("SELECT mcptasks_task_ensure_partitions(9)").fetchall()
+    ]
+    try:
+        assert len(created) == 2  # the two days past the migration's seven
+        for table in (past, "mcptasks_task_legacy", created[0]):
+            for sql in (f"UPDATE {table} SET state = state", f"DELETE FROM {table}"):
+                assert f"permission denied for table {table}" in refused(as_app, sql)
+            assert f"must be owner of table {table}" in refused(as_app, f"DROP TABLE {table}")
+        assert "not a day partition" in refused(
+            as_app, "SELECT mcptasks_task_partition_purge('mcptasks_task_legacy', now(), true)"
+        )
+        script = (
+            "import json, django; django.setup()\n"
+            "from django.conf import settings\n"
+            "settings.MCPTASKS_TASK_PARTITION_PURGE = True\n"
+            "from mcptasks import task_partitions\n"
+            "print(json.dumps(task_partitions.purge_due()))\n"
+        )
+        stdout = run_django(role_url(*app_role), tmp_path, "-c", script)
+        assert json.loads(stdout.strip().splitlines()[-1]) == [[past, 1]]
+        assert AuditEvent.objects.filter(action="task.purged", task_id=task.pk).count() == 1
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT to_regclass(%s)", [past])
+            assert cursor.fetchone()[0] is None
+    finally:  # the test database outlives this test: the days it added go again
+        with connection.cursor() as cursor:
+            for table in [*created, past]:
+                cursor.execute("SELECT to_regclass(%s)", [table])
+                if cursor.fetchone()[0] is not None:
+                    cursor.execute(f"ALTER TABLE mcptasks_task DETACH PARTITION {table}")
+                    cursor.execute(f"DROP TABLE {table}")

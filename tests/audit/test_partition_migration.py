@@ -6,19 +6,16 @@ their own, as ``manage.py migrate`` runs in production."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
+
+from tests.scratch_db import run_django, scratch_database
 
 pytestmark = [pytest.mark.pg, pytest.mark.django_db]
-REPO = Path(__file__).resolve().parents[2]
 
 BEFORE = """
 import json, django; django.setup()
@@ -64,41 +61,12 @@ print(json.dumps({"rows": rows, "sealed": sealed, "new_id": event.pk, "new_seq":
 @pytest.fixture
 def database() -> Iterator[str]:
     """A database of this test, dropped after; its URL."""
-    settings = connection.settings_dict
-    name = f"{settings['NAME']}_m0008"[:63]
-    admin = {
-        "host": settings.get("HOST") or "127.0.0.1",
-        "port": settings.get("PORT") or 5432,
-        "user": settings.get("USER") or "postgres",
-        "password": settings.get("PASSWORD") or None,
-        "dbname": "postgres",
-        "autocommit": True,
-    }
-    with psycopg.connect(**admin) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
-    auth = admin["user"] + (f":{admin['password']}" if admin["password"] else "")
-    try:
-        yield f"postgres://{auth}@{admin['host']}:{admin['port']}/{name}"
-    finally:
-        with psycopg.connect(**admin) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database("m0008") as url:
+        yield url
 
 
-def run(url: str, tmp_path: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "DATABASE_URL": url,
-        "MCPTASKS_VAR_DIR": str(tmp_path),
-        "DJANGO_SETTINGS_MODULE": "mcptasks.settings",
-        "MCPTASKS_AUDIT_SEAL_DELAY_MS": "0",
-    }
-    env.pop("MCPTASKS_DB_APP_ROLE", None)
-    result = subprocess.run(
-        [sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=180
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result.stdout
+def run(url: str, tmp_path: Path, *args: str, stdin: str = "") -> str:
+    return run_django(url, tmp_path, *args, stdin=stdin)
 
 
 def test_partitioning_keeps_every_sealed_and_unsealed_event_and_verify_passes(

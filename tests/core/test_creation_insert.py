@@ -27,6 +27,7 @@ def test_the_inserted_row_is_the_task_returned(make_task: Callable[..., Task]) -
         assert getattr(stored, field.attname) == getattr(task, field.attname), field.name
     assert stored.arguments == ARGUMENTS
     assert stored.expires_at is not None and stored.version == 1
+    assert list(stored.creation_keys.values_list("key", flat=True)) == ["idem:k1"]
 
 
 def test_the_returned_task_saves_as_an_update(make_task: Callable[..., Task]) -> None:

@@ -18,7 +18,7 @@ from audit.models import AuditEvent
 from audit.record import Actor
 from mcptasks import lifecycle
 from mcptasks.lifecycle import creation
-from mcptasks.models import Task
+from mcptasks.models import Task, TaskCreationKey
 from mcptasks.outbox import subscriptions
 
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
@@ -128,7 +128,17 @@ def test_a_creation_past_a_limit_writes_neither_task_nor_event(
     assert AuditEvent.objects.filter(action="task.created").count() == 1
 
 
-def test_a_creation_key_race_lost_in_the_statement_returns_the_winner(
+def test_a_keyed_creation_takes_the_transaction_path_with_its_key(
+    cast: dict[str, dict[str, Any]], sealed_later: None
+) -> None:
+    with CaptureQueriesContext(connection) as queries:
+        task = _create(cast["alice"], creation_key="k-1")
+    assert len(queries.captured_queries) > 1  # the unique key lives in its own table
+    assert TaskCreationKey.objects.get(key="k-1").task_id == task.pk
+    assert _event_of(task).action == "task.created"
+
+
+def test_a_creation_key_race_lost_in_the_transaction_returns_the_winner(
     cast: dict[str, dict[str, Any]], sealed_later: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     alice = cast["alice"]
@@ -145,7 +155,7 @@ def test_a_creation_key_race_lost_in_the_statement_returns_the_winner(
         spec=_spec(alice, creation_key="k-1"), actor=Actor.system("test")
     )
     assert (task.pk, created) == (winner.pk, False)
-    assert Task.objects.count() == 1
+    assert Task.objects.count() == 1 and TaskCreationKey.objects.count() == 1
     assert AuditEvent.objects.filter(action="task.created").count() == 1
 
 

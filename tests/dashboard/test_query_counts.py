@@ -16,6 +16,7 @@ from django.urls import reverse
 from audit.record import Actor
 from mcptasks import lifecycle
 from mcptasks.models import Audience, Membership, Role, Task, Tenant
+from mcptasks.task_ids import distinctive
 
 pytestmark = pytest.mark.django_db
 
@@ -145,7 +146,7 @@ def _busy_task(make_task: Callable[..., Task], users: dict[str, Any], size: int)
     acme = Tenant.objects.get(slug="acme")
     User = get_user_model()
     for number in range(size):
-        grantee = User.objects.create(username=f"member-{task.pk[:6]}-{number}")
+        grantee = User.objects.create(username=f"member-{distinctive(task.pk)[:6]}-{number}")
         Membership.objects.create(user=grantee, tenant=acme, role=Role.MEMBER)
         lifecycle.task_grant_delegation(
             task_id=task.pk,

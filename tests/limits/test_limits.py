@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 import time_machine
 from django.conf import settings
-from django.db import connection
+from django.db import IntegrityError, connection
 from django.utils import timezone
 
-from mcptasks import limits, runner
-from mcptasks.models import Task, TaskState
+from audit.record import Actor
+from mcptasks import lifecycle, limits, runner
+from mcptasks.lifecycle import creation
+from mcptasks.models import Task, TaskCreationKey, TaskState
 from tests.protocol.conftest import McpClient
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,6 +77,63 @@ def test_idempotency_key_expires_after_the_window(mcp):
     assert first != second
 
 
+def test_an_expired_key_is_released_to_the_task_created_after_it(mcp):
+    with time_machine.travel("2026-01-01 00:00:00+00:00", tick=False) as clock:
+        first = call_with_key(mcp, "k-4").result["taskId"]
+        clock.shift(settings.MCPTASKS_IDEMPOTENCY_WINDOW_S + 1)
+        second = call_with_key(mcp, "k-4", "other arguments").result["taskId"]  # no conflict
+        third = call_with_key(mcp, "k-4", "other arguments").result["taskId"]
+    assert second == third != first
+    [claim] = TaskCreationKey.objects.all()
+    assert (claim.key, claim.task_id) == ("idem:k-4", second)
+    assert Task.objects.filter(pk=first).exists()  # the old task stays, without its key
+
+
+def test_one_task_per_principal_and_key_is_enforced_by_the_database(mcp, cast):
+    task_id = call_with_key(mcp, "k-5").result["taskId"]
+    with pytest.raises(IntegrityError):
+        TaskCreationKey.objects.create(
+            principal=cast["alice"]["user"], key="idem:k-5", task_id=task_id
+        )
+    TaskCreationKey.objects.create(principal=cast["adam"]["user"], key="idem:k-5", task_id=task_id)
+
+
+def _keyed_spec(entry, key):
+    return lifecycle.NewTask(
+        tenant_id=entry["tenant"].pk,
+        principal_id=entry["user"].pk,
+        tool_name="echo_task",
+        arguments={"text": "hi"},
+        policy_revision="test",
+        creation_key=key,
+    )
+
+
+def test_a_creation_that_loses_the_key_race_gets_the_winner_back(cast, monkeypatch):
+    alice = cast["alice"]
+    winner, _ = lifecycle.task_create(spec=_keyed_spec(alice, "k-6"), actor=Actor.system("test"))
+    looked_up = creation._existing_for_key
+    calls = []
+
+    def first_misses(spec, now):
+        calls.append(1)
+        return None if len(calls) == 1 else looked_up(spec, now)  # the race: not there yet
+
+    monkeypatch.setattr(creation, "_existing_for_key", first_misses)
+    task, created = lifecycle.task_create(
+        spec=_keyed_spec(alice, "k-6"), actor=Actor.system("test")
+    )
+    assert (task.pk, created) == (winner.pk, False)
+    assert Task.objects.count() == 1 and TaskCreationKey.objects.count() == 1
+
+
+def test_a_deleted_task_takes_its_key_with_it(mcp):
+    first = call_with_key(mcp, "k-7").result["taskId"]
+    Task.objects.filter(pk=first).delete()
+    assert not TaskCreationKey.objects.exists()
+    assert call_with_key(mcp, "k-7").result["taskId"] != first
+
+
 def test_invalid_idempotency_key_is_invalid_params(mcp):
     reply = call_with_key(mcp, "x" * 200)
     assert reply.error["code"] == -32602
@@ -102,6 +161,7 @@ def test_fifty_concurrent_identical_requests_create_one_task(cast):
         thread.join()
     assert len(ids) == 50 and len(set(ids)) == 1
     assert Task.objects.count() == 1
+    assert list(TaskCreationKey.objects.values_list("key", "task_id")) == [("idem:burst", ids[0])]
 
 
 def test_active_tasks_per_principal_limit_refuses_creation(mcp, settings):

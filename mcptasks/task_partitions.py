@@ -1,0 +1,226 @@
+"""The day partitions of ``mcptasks_task`` on PostgreSQL (migration 0016, docs/operations.md
+"Task partitions").
+
+The table is partitioned by RANGE (``id``): a task id starts with its creation day
+(:mod:`mcptasks.task_ids`), so ``mcptasks_task_pYYYYMMDD`` holds one day's tasks (UTC),
+``mcptasks_task_legacy`` every task made before partitioning (ids below ``~``) and
+``mcptasks_task_default`` whatever no other partition covers (it should stay empty).
+:func:`ensure_partitions` creates today's partition and the next :data:`DAYS_AHEAD` days' (the
+``SECURITY DEFINER`` function ``mcptasks_task_ensure_partitions``); it is idempotent and run by
+the migration, the periodic sweep (:func:`ensure_due`, at most hourly per process) and
+``manage.py task_partitions --ensure``.
+
+The TTL purge (``MCPTASKS_TASK_PARTITION_PURGE``, on by default on PostgreSQL) drops a whole
+day (:func:`purge_due`) once the day has ended and every task of it is terminal, past its TTL
+plus ``MCPTASKS_TERMINAL_GRACE_S``, unheld and with no undecided effect: each task still gets
+its ``task.purged`` audit event, its dependent rows are deleted, and the partition is DETACHed
+and DROPped, all in one transaction. The row-by-row purge (:func:`mcptasks.sweeps.purge_tasks`)
+leaves a day alone while it may still be dropped whole — until the default TTL plus the grace
+after its end (:func:`row_purge_below`) — and then purges whatever a blocker kept (a task still
+running, held or with an unreconciled effect) row by row, as it does the legacy and DEFAULT
+partitions. So a task is deleted no sooner than its TTL plus the grace, and with the partition
+purge on, up to a day and the default TTL later. SQLite keeps one ordinary table: everything
+here is a no-op there.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from mcptasks.task_ids import PREFIX, day_prefix
+
+log = logging.getLogger(__name__)
+
+DAYS_AHEAD = 7  # partitions created ahead of today
+ENSURE_EVERY_S = 3600.0  # how often the sweep asks, per process
+PURGE_EVERY_S = 300.0  # how often the sweep tries to drop whole days, per process
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One partition: tasks with ``lower <= id < upper`` (None: unbounded)."""
+
+    name: str
+    lower: str | None
+    upper: str | None
+    is_default: bool
+
+    @property
+    def is_day(self) -> bool:
+        return not self.is_default and self.lower is not None and self.upper is not None
+
+
+def partitioned() -> bool:
+    """Whether the tasks live in a partitioned table (PostgreSQL)."""
+    return connection.vendor == "postgresql"
+
+
+def partitions() -> list[Partition]:
+    """The partitions, the legacy one first, then by day, the DEFAULT one last; empty on
+    SQLite."""
+    if not partitioned():
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, lower_bound, upper_bound, is_default FROM mcptasks_task_partitions()"
+        )
+        return [Partition(*row) for row in cursor.fetchall()]
+
+
+def ensure_partitions(days_ahead: int = DAYS_AHEAD) -> list[str]:
+    """Create the partitions of today and the ``days_ahead`` next days that do not exist yet;
+    their names. A day whose tasks already went to the DEFAULT partition is skipped with a
+    warning (they stay there)."""
+    if not partitioned():
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT mcptasks_task_ensure_partitions(%s)", [days_ahead])
+        return [row[0] for row in cursor.fetchall()]
+
+
+_last_ensured = {"at": float("-inf")}
+_ensure_lock = threading.Lock()
+
+
+def ensure_due() -> list[str]:
+    """:func:`ensure_partitions`, at most every :data:`ENSURE_EVERY_S` in this process."""
+    with _ensure_lock:
+        if time.monotonic() - _last_ensured["at"] < ENSURE_EVERY_S:
+            return []
+        created = ensure_partitions(DAYS_AHEAD)
+        _last_ensured["at"] = time.monotonic()
+    return created
+
+
+def attach_day(day: date) -> str:
+    """Create and attach the partition of ``day`` as the table's owner; its name. For seeding
+    a history (benchmarks, tests): the ensure function makes today's and later days' only."""
+    name = f"mcptasks_task_p{day:%Y%m%d}"
+    lower, upper = f"{PREFIX}{day:%Y%m%d}", f"{PREFIX}{day + timedelta(days=1):%Y%m%d}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {name} (LIKE mcptasks_task INCLUDING DEFAULTS)")
+        cursor.execute(
+            f"ALTER TABLE mcptasks_task ATTACH PARTITION {name}"
+            f" FOR VALUES FROM ('{lower}') TO ('{upper}')"
+        )
+    return name
+
+
+def purging() -> bool:
+    """Whether the TTL purge drops whole days (PostgreSQL, ``MCPTASKS_TASK_PARTITION_PURGE``)."""
+    return partitioned() and bool(settings.MCPTASKS_TASK_PARTITION_PURGE)
+
+
+def _grace() -> timedelta:
+    return timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
+
+
+def row_purge_below(now: datetime) -> str | None:
+    """The ids the row-by-row purge may delete are below this (None: all of them). A day's
+    partition waits for its whole-day purge until the default TTL plus the grace after its
+    end; the days before are purged row by row of whatever kept them."""
+    if not purging():
+        return None
+    wait = timedelta(milliseconds=settings.MCPTASKS_DEFAULT_TTL_MS) + _grace()
+    return day_prefix(now - wait)
+
+
+def purge_due(now: datetime | None = None) -> list[tuple[str, int]]:
+    """Drop every ended day whose tasks are all due, oldest first: ``(partition, tasks)`` of
+    each dropped. A day something keeps is left (logged), for a later sweep or the row
+    purge."""
+    if not purging():
+        return []
+    now = now or timezone.now()
+    cutoff, today = now - _grace(), day_prefix(now)
+    dropped = []
+    for part in partitions():
+        if not part.is_day or str(part.upper) > today:
+            continue
+        try:
+            with transaction.atomic():
+                purged = _purge(part, cutoff)
+        except DatabaseError as error:
+            log.info("task partition kept", extra={"partition": part.name, "reason": str(error)})
+            continue
+        log.info("task partition purged", extra={"partition": part.name, "tasks": purged})
+        dropped.append((part.name, purged))
+    return dropped
+
+
+_last_purged = {"at": float("-inf")}
+
+
+def purge_when_due(now: datetime) -> list[tuple[str, int]]:
+    """:func:`purge_due`, at most every :data:`PURGE_EVERY_S` in this process (for the periodic
+    sweep: checking a day that something keeps reads it, and a day can wait minutes)."""
+    with _ensure_lock:
+        if time.monotonic() - _last_purged["at"] < PURGE_EVERY_S:
+            return []
+        _last_purged["at"] = time.monotonic()
+    return purge_due(now)
+
+
+def _purge(part: Partition, cutoff: datetime) -> int:
+    """In the caller's transaction: check ``part`` (no lock), delete what points at its tasks,
+    record each task's ``task.purged``, then check it again under a lock and drop it."""
+    from audit.record import Actor
+    from mcptasks.lifecycle._core import _audit
+    from mcptasks.models import Task
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT mcptasks_task_partition_purge(%s, %s, false)", [part.name, cutoff])
+    lower, upper = str(part.lower), str(part.upper)
+    in_part = Q(id__gte=lower, id__lt=upper)
+    Task.objects.filter(retry_of_id__gte=lower, retry_of_id__lt=upper).exclude(in_part).update(
+        retry_of=None
+    )
+    for related in Task._meta.related_objects:
+        if related.related_model is Task or related.many_to_many:
+            continue
+        column = related.field.attname
+        related.related_model._base_manager.filter(
+            **{f"{column}__gte": lower, f"{column}__lt": upper}
+        ).delete()
+    actor = Actor.system("sweeper")
+    for task in Task.objects.filter(in_part).select_related("tenant").iterator(chunk_size=2000):
+        _audit(task, "task.purged", actor, {"partition": part.name})
+    with connection.cursor() as cursor:
+        # The foreign keys' deferred checks, now: a table with checks pending cannot be dropped.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+        cursor.execute("SELECT mcptasks_task_partition_purge(%s, %s, true)", [part.name, cutoff])
+        return int(cursor.fetchone()[0])
+
+
+def id_search(term: str) -> Q:
+    """Tasks whose id starts with ``term``, or whose id does after its day prefix — what the
+    dashboard shows of a task id (:func:`mcptasks.task_ids.distinctive`). On PostgreSQL one
+    index range per day partition (ids in the DEFAULT partition match from their start only);
+    on SQLite a pattern."""
+    found = Q(pk__startswith=term)
+    if term.startswith(PREFIX):
+        return found
+    if not partitioned():
+        return found | Q(pk__regex=rf"^{re.escape(PREFIX)}[0-9]{{8}}{re.escape(term)}")
+    for part in partitions():
+        if part.is_day:
+            found |= Q(pk__startswith=f"{part.lower}{term}")
+    return found
+
+
+def sizes() -> list[tuple[Partition, int]]:
+    """Each partition with how many tasks it holds (counts every row: for operators)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tableoid::regclass::text, count(*) FROM mcptasks_task GROUP BY 1")
+        counts = dict(cursor.fetchall())
+    return [(part, int(counts.get(part.name, 0))) for part in partitions()]
