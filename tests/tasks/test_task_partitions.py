@@ -290,3 +290,34 @@ def test_the_sweep_tries_whole_days_every_few_minutes(
     second, _ = days_ago(4)
     assert task_partitions.purge_when_due(timezone.now()) == []  # tried a moment ago
     assert second in names()
+
+
+@pytest.mark.django_db
+def test_the_partitions_command_lists_them_or_says_there_are_none() -> None:
+    out = io.StringIO()
+    call_command("task_partitions", "--ensure", stdout=out)
+    if task_partitions.partitioned():
+        assert "mcptasks_task_legacy\t- .. ~\t" in out.getvalue()
+        assert "mcptasks_task_default\tDEFAULT\t" in out.getvalue()
+    else:
+        assert out.getvalue() == "tasks are one table here (SQLite): no partitions\n"
+        assert (
+            task_partitions.purge_due() == []
+            and task_partitions.row_purge_below(timezone.now()) is None
+        )
+
+
+@pytest.mark.pg
+@pytest.mark.django_db
+def test_the_partitions_command_refuses_what_it_cannot_do(settings: Any) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="--days-ahead must be 0 to 60"):
+        call_command("task_partitions", "--ensure", "--days-ahead", "61", stdout=io.StringIO())
+    settings.MCPTASKS_TASK_PARTITION_PURGE = False
+    with pytest.raises(CommandError, match="MCPTASKS_TASK_PARTITION_PURGE is off"):
+        call_command("task_partitions", "--purge", stdout=io.StringIO())
+    settings.MCPTASKS_TASK_PARTITION_PURGE = True
+    out = io.StringIO()
+    call_command("task_partitions", "--purge", stdout=out)
+    assert "dropped" not in out.getvalue()  # nothing due
