@@ -321,3 +321,32 @@ def test_the_partitions_command_refuses_what_it_cannot_do(settings: Any) -> None
     out = io.StringIO()
     call_command("task_partitions", "--purge", stdout=out)
     assert "dropped" not in out.getvalue()  # nothing due
+
+
+@pytest.mark.pg
+@pytest.mark.django_db
+def test_a_hold_placed_during_the_drop_keeps_the_whole_day_as_it_was(
+    make_task: Callable[..., Task],
+    days_ago: Callable[[int], tuple[str, datetime]],
+    cast: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The drop is checked again under its lock, in the transaction that deleted the dependent
+    rows and recorded the purge events: refused there, none of it happened."""
+    from mcptasks.lifecycle import _core
+
+    name, noon = days_ago(3)
+    task = finished_at(make_task, noon)
+    TaskStep.objects.create(task=task, key="now:1", kind="now", value=1)
+    audit = _core._audit
+
+    def audit_then_hold(*args: Any, **kwargs: Any) -> None:
+        audit(*args, **kwargs)
+        place_hold(tenant_slug=cast["alice"]["tenant"].slug, reason="subpoena", actor=SYSTEM)
+
+    monkeypatch.setattr(_core, "_audit", audit_then_hold)
+    assert task_partitions.purge_due() == []
+    assert name in names() and Task.objects.filter(pk=task.pk).exists()
+    assert TaskStep.objects.filter(task_id=task.pk).count() == 1
+    assert not AuditEvent.objects.filter(action="task.purged").exists()
+    assert not AuditEvent.objects.filter(action="legal_hold.placed").exists()  # rolled back too
