@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import models
+from django.db.models.functions import Substr
 from django.utils import timezone
 
 PREFIX = "~"
@@ -42,6 +43,11 @@ def distinctive(task_id: str) -> str:
     if task_id.startswith(PREFIX) and task_id[1:9].isdigit():
         return task_id[9:]
     return task_id
+
+
+def id_tail() -> Substr:
+    """A task id after its day prefix, as SQL (the index ``task_id_tail`` and the search)."""
+    return Substr("id", len(PREFIX) + 9)
 
 
 class TaskIdField(models.CharField):

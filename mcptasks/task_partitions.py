@@ -26,7 +26,6 @@ here is a no-op there.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -35,9 +34,10 @@ from datetime import date, datetime, timedelta
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
+from django.db.models.lookups import StartsWith
 from django.utils import timezone
 
-from mcptasks.task_ids import PREFIX, day_prefix
+from mcptasks.task_ids import PREFIX, day_prefix, id_tail
 
 log = logging.getLogger(__name__)
 
@@ -202,20 +202,23 @@ def _purge(part: Partition, cutoff: datetime) -> int:
         return int(cursor.fetchone()[0])
 
 
+ID_SEARCH_CANDIDATES = 50  # a fragment of six or more random characters matches one task or none
+
+
 def id_search(term: str) -> Q:
     """Tasks whose id starts with ``term``, or whose id does after its day prefix — what the
-    dashboard shows of a task id (:func:`mcptasks.task_ids.distinctive`). On PostgreSQL one
-    index range per day partition (ids in the DEFAULT partition match from their start only);
-    on SQLite a pattern."""
+    dashboard shows of a task id (:func:`mcptasks.task_ids.distinctive`). The latter are read
+    first, from the index ``task_id_tail`` (one range per partition), and named by id: within
+    the listing's other conditions the planner would guess that many tasks match and scan them
+    all in the page's order."""
+    from mcptasks.models import Task
+
     found = Q(pk__startswith=term)
     if term.startswith(PREFIX):
         return found
-    if not partitioned():
-        return found | Q(pk__regex=rf"^{re.escape(PREFIX)}[0-9]{{8}}{re.escape(term)}")
-    for part in partitions():
-        if part.is_day:
-            found |= Q(pk__startswith=f"{part.lower}{term}")
-    return found
+    tails = Task.objects.filter(Q(pk__gte=PREFIX) & Q(StartsWith(id_tail(), term)))
+    ids = list(tails.values_list("pk", flat=True)[:ID_SEARCH_CANDIDATES])
+    return found | Q(pk__in=ids) if ids else found
 
 
 def sizes() -> list[tuple[Partition, int]]:

@@ -12,7 +12,7 @@ from django.utils import timezone
 from guardian.models import GroupObjectPermissionBase, UserObjectPermissionBase
 
 from mcptasks.models.principals import ApiToken, Tenant
-from mcptasks.task_ids import TaskIdField, distinctive, new_task_id
+from mcptasks.task_ids import PREFIX, TaskIdField, distinctive, id_tail, new_task_id
 
 
 class TaskState(models.TextChoices):
@@ -122,6 +122,9 @@ class Task(models.Model):
                 name="task_active_tenant",
                 condition=models.Q(state__in=sorted(ACTIVE_STATES)),
             ),
+            # The dashboard's search by what its pages show of an id: the part after the day
+            # prefix (mcptasks/task_partitions.py id_search), for day-prefixed ids only.
+            models.Index(id_tail(), name="task_id_tail", condition=models.Q(id__gte=PREFIX)),
             # The operations page's oldest queued task: one index entry, not a sort of the
             # whole backlog (B4 at 1,000,000 tasks).
             models.Index(
