@@ -14,12 +14,12 @@ no-op there.
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
+
+from mcptasks.periodic import AtMostEvery
 
 MONTHS_AHEAD = 3  # partitions created ahead of the current month
 ENSURE_EVERY_S = 3600.0  # how often the sweep asks, per process
@@ -60,19 +60,13 @@ def ensure_partitions(months_ahead: int = MONTHS_AHEAD) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-_last_ensured = {"at": float("-inf")}
-_ensure_lock = threading.Lock()
+ensuring = AtMostEvery(ENSURE_EVERY_S)
 
 
 def ensure_due() -> list[str]:
     """:func:`ensure_partitions`, at most every :data:`ENSURE_EVERY_S` in this process (for
     the periodic sweep: the months ahead leave plenty of time)."""
-    with _ensure_lock:
-        if time.monotonic() - _last_ensured["at"] < ENSURE_EVERY_S:
-            return []
-        created = ensure_partitions(MONTHS_AHEAD)
-        _last_ensured["at"] = time.monotonic()
-    return created
+    return ensuring.run(lambda: ensure_partitions(MONTHS_AHEAD))
 
 
 def drop_partition(name: str, spans: dict[str, tuple[int, datetime]]) -> dict[str, int]:

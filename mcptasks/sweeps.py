@@ -23,6 +23,7 @@ from mcptasks.models import (
     Task,
     TaskState,
 )
+from mcptasks.periodic import AtMostEvery
 
 log = logging.getLogger(__name__)
 BATCH = 500
@@ -66,12 +67,17 @@ def expire_tasks() -> int:
     return _each(ids, "task_expire")
 
 
+PURGE_DAYS_EVERY_S = 300.0  # how often a process tries to drop whole days
+purging_days = AtMostEvery(PURGE_DAYS_EVERY_S)
+
+
 def purge_tasks() -> int:
     """Purge the tasks past their TTL plus the grace: whole days first on PostgreSQL
-    (:func:`task_partitions.purge_when_due`, every few minutes), then row by row what no day's
-    purge covers."""
+    (:func:`lifecycle.task_purge_days`, at most every :data:`PURGE_DAYS_EVERY_S` per process:
+    checking a day that something keeps reads it, and a day can wait minutes), then row by row
+    what no day's purge covers."""
     now = timezone.now()
-    purged = sum(tasks for _, tasks in task_partitions.purge_when_due(now))
+    purged = sum(tasks for _, tasks in purging_days.run(lambda: lifecycle.task_purge_days(now)))
     cutoff = now - timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
     due = Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
     below = task_partitions.row_purge_below(now)

@@ -11,7 +11,8 @@ the migration, the periodic sweep (:func:`ensure_due`, at most hourly per proces
 ``manage.py task_partitions --ensure``.
 
 The TTL purge (``MCPTASKS_TASK_PARTITION_PURGE``, on by default on PostgreSQL) drops a whole
-day (:func:`purge_due`) once the day has ended and every task of it is terminal, past its TTL
+day (:func:`mcptasks.lifecycle.task_purge_days`, through :func:`check_day` and
+:func:`drop_day`) once the day has ended and every task of it is terminal, past its TTL
 plus ``MCPTASKS_TERMINAL_GRACE_S``, unheld and with no undecided effect: each task still gets
 its ``task.purged`` audit event, its dependent rows are deleted, and the partition is DETACHed
 and DROPped, all in one transaction. The row-by-row purge (:func:`mcptasks.sweeps.purge_tasks`)
@@ -26,24 +27,21 @@ here is a no-op there.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import connection
 from django.db.models import Q
 from django.db.models.lookups import StartsWith
-from django.utils import timezone
 
+from mcptasks.periodic import AtMostEvery
 from mcptasks.task_ids import PREFIX, day_prefix, id_tail
 
 log = logging.getLogger(__name__)
 
 DAYS_AHEAD = 7  # partitions created ahead of today
 ENSURE_EVERY_S = 3600.0  # how often the sweep asks, per process
-PURGE_EVERY_S = 300.0  # how often the sweep tries to drop whole days, per process
 
 
 @dataclass(frozen=True)
@@ -88,18 +86,12 @@ def ensure_partitions(days_ahead: int = DAYS_AHEAD) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-_last_ensured = {"at": float("-inf")}
-_ensure_lock = threading.Lock()
+ensuring = AtMostEvery(ENSURE_EVERY_S)
 
 
 def ensure_due() -> list[str]:
     """:func:`ensure_partitions`, at most every :data:`ENSURE_EVERY_S` in this process."""
-    with _ensure_lock:
-        if time.monotonic() - _last_ensured["at"] < ENSURE_EVERY_S:
-            return []
-        created = ensure_partitions(DAYS_AHEAD)
-        _last_ensured["at"] = time.monotonic()
-    return created
+    return ensuring.run(lambda: ensure_partitions(DAYS_AHEAD))
 
 
 def attach_day(day: date) -> str:
@@ -121,80 +113,37 @@ def purging() -> bool:
     return partitioned() and bool(settings.MCPTASKS_TASK_PARTITION_PURGE)
 
 
-def _grace() -> timedelta:
-    return timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
-
-
 def row_purge_below(now: datetime) -> str | None:
     """The ids the row-by-row purge may delete are below this (None: all of them). A day's
     partition waits for its whole-day purge until the default TTL plus the grace after its
     end; the days before are purged row by row of whatever kept them."""
     if not purging():
         return None
-    wait = timedelta(milliseconds=settings.MCPTASKS_DEFAULT_TTL_MS) + _grace()
+    wait = timedelta(
+        milliseconds=settings.MCPTASKS_DEFAULT_TTL_MS + settings.MCPTASKS_TERMINAL_GRACE_S * 1000
+    )
     return day_prefix(now - wait)
 
 
-def purge_due(now: datetime | None = None) -> list[tuple[str, int]]:
-    """Drop every ended day whose tasks are all due, oldest first: ``(partition, tasks)`` of
-    each dropped. A day something keeps is left (logged), for a later sweep or the row
-    purge."""
-    if not purging():
-        return []
-    now = now or timezone.now()
-    cutoff, today = now - _grace(), day_prefix(now)
-    dropped = []
-    for part in partitions():
-        if not part.is_day or str(part.upper) > today:
-            continue
-        try:
-            with transaction.atomic():
-                purged = _purge(part, cutoff)
-        except DatabaseError as error:
-            log.info("task partition kept", extra={"partition": part.name, "reason": str(error)})
-            continue
-        log.info("task partition purged", extra={"partition": part.name, "tasks": purged})
-        dropped.append((part.name, purged))
-    return dropped
+def days_to_purge(now: datetime) -> list[Partition]:
+    """The ended days' partitions, oldest first: what the whole-day purge tries
+    (:func:`mcptasks.lifecycle.task_purge_days`)."""
+    today = day_prefix(now)
+    return [part for part in partitions() if part.is_day and str(part.upper) <= today]
 
 
-_last_purged = {"at": float("-inf")}
-
-
-def purge_when_due(now: datetime) -> list[tuple[str, int]]:
-    """:func:`purge_due`, at most every :data:`PURGE_EVERY_S` in this process (for the periodic
-    sweep: checking a day that something keeps reads it, and a day can wait minutes)."""
-    with _ensure_lock:
-        if time.monotonic() - _last_purged["at"] < PURGE_EVERY_S:
-            return []
-        _last_purged["at"] = time.monotonic()
-    return purge_due(now)
-
-
-def _purge(part: Partition, cutoff: datetime) -> int:
-    """In the caller's transaction: check ``part`` (no lock), delete what points at its tasks,
-    record each task's ``task.purged``, then check it again under a lock and drop it."""
-    from audit.record import Actor
-    from mcptasks.lifecycle._core import _audit
-    from mcptasks.models import Task
-
+def check_day(part: Partition, cutoff: datetime) -> None:
+    """Raise (a :class:`DatabaseError`) unless every task of the day ``part`` is terminal,
+    past its TTL before ``cutoff``, unheld and with no undecided effect. No lock: the purge
+    checks again as it drops (:func:`drop_day`)."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT mcptasks_task_partition_purge(%s, %s, false)", [part.name, cutoff])
-    lower, upper = str(part.lower), str(part.upper)
-    in_part = Q(id__gte=lower, id__lt=upper)
-    Task.objects.filter(retry_of_id__gte=lower, retry_of_id__lt=upper).exclude(in_part).update(
-        retry_of=None
-    )
-    for related in Task._meta.related_objects:
-        if related.related_model is Task or related.many_to_many:
-            continue
-        column = related.field.attname
-        related.related_model._base_manager.filter(
-            **{f"{column}__gte": lower, f"{column}__lt": upper}
-        ).delete()
-    actor = Actor.system("sweeper")
-    for task in Task.objects.filter(in_part).select_related("tenant").iterator(chunk_size=2000):
-        _audit(task, "task.purged", actor, {"partition": part.name})
+
+
+def drop_day(part: Partition, cutoff: datetime) -> int:
+    """Check the day ``part`` again, under a lock, then detach and drop it; how many tasks it
+    held. Raises as :func:`check_day` does, and then drops nothing. In the caller's
+    transaction, once nothing points at its tasks."""
     with connection.cursor() as cursor:
         # The foreign keys' deferred checks, now: a table with checks pending cannot be dropped.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")

@@ -72,7 +72,12 @@ from mcptasks.lifecycle.inputs import (
     task_timeout_input,
     validated_answer,
 )
-from mcptasks.lifecycle.retention import UNDECIDED_EFFECTS, task_expire, task_purge
+from mcptasks.lifecycle.retention import (
+    UNDECIDED_EFFECTS,
+    task_expire,
+    task_purge,
+    task_purge_days,
+)
 
 __all__ = [
     "AWAITING_STATES",
@@ -118,6 +123,7 @@ __all__ = [
     "task_mark_effect_unknown",
     "task_note_binding_change",
     "task_purge",
+    "task_purge_days",
     "task_reconcile_effect",
     "task_record_job",
     "task_record_step",

@@ -282,8 +282,8 @@ def test_the_app_role_drops_a_due_day_of_tasks_and_cannot_touch_a_partition(
             "import json, django; django.setup()\n"
             "from django.conf import settings\n"
             "settings.MCPTASKS_TASK_PARTITION_PURGE = True\n"
-            "from mcptasks import task_partitions\n"
-            "print(json.dumps(task_partitions.purge_due()))\n"
+            "from mcptasks import lifecycle\n"
+            "print(json.dumps(lifecycle.task_purge_days()))\n"
         )
         stdout = run_django(role_url(*app_role), tmp_path, "-c", script)
         assert json.loads(stdout.strip().splitlines()[-1]) == [[past, 1]]

@@ -193,7 +193,7 @@ def test_an_event_no_month_covers_goes_to_the_default_partition_and_its_month_wa
 
 def test_the_sweep_creates_the_coming_months_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(partitions, "MONTHS_AHEAD", 5)
-    monkeypatch.setitem(partitions._last_ensured, "at", float("-inf"))
+    partitions.ensuring.reset()
     done = sweeps.run_all()
     assert done["audit_partitions"] == 2  # the months 4 and 5 from today
     assert partition_of(month(5)) in partition_names()

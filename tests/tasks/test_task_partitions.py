@@ -97,7 +97,7 @@ def days_ago(
     one (it makes today's and later only); its name and the day's noon. The partition purge is
     on, as in production, and the sweep's next run tries it."""
     settings.MCPTASKS_TASK_PARTITION_PURGE = True
-    monkeypatch.setitem(task_partitions._last_purged, "at", float("-inf"))
+    sweeps.purging_days.reset()
 
     def make(days: int) -> tuple[str, datetime]:
         day = timezone.now().astimezone(UTC).date() - timedelta(days=days)
@@ -105,6 +105,7 @@ def days_ago(
         return name, datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
 
     yield make
+    sweeps.purging_days.reset()
 
 
 def finished_at(make_task: Callable[..., Task], at: datetime, **options: Any) -> Task:
@@ -150,6 +151,44 @@ def test_an_ended_day_whose_tasks_are_all_due_is_dropped_whole(
 
 @pytest.mark.pg
 @pytest.mark.django_db
+def test_a_days_purge_events_go_in_batches_but_one_by_one_for_a_tenant_with_subscriptions(
+    make_task: Callable[..., Task],
+    days_ago: Callable[[int], tuple[str, datetime]],
+    sealed_later: None,
+    subscribe: Callable[..., Any],
+    cast: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import connection as conn
+    from django.test.utils import CaptureQueriesContext
+
+    from audit import seal
+    from audit.chain import verify_chain
+    from mcptasks.lifecycle import retention
+
+    monkeypatch.setattr(retention, "PURGED_EVENTS_BATCH", 2)
+    name, noon = days_ago(3)
+    quiet = [finished_at(make_task, noon) for _ in range(5)]  # acme: no subscription
+    loud = [finished_at(make_task, noon, owner="bob") for _ in range(2)]
+    subscribe(cast["bob"]["tenant"], ["task.completed"])  # globex's events pass the outbox
+    seal.seal_pending()
+
+    with CaptureQueriesContext(conn) as queries:
+        assert lifecycle.task_purge_days() == [(name, 7)]
+
+    inserts = [q["sql"] for q in queries if q["sql"].startswith('INSERT INTO "audit_auditevent"')]
+    assert len(inserts) == 3 + 2  # acme's five in batches of two, globex's one by one
+    purged = AuditEvent.objects.filter(action="task.purged")
+    assert sorted(e.task_id for e in purged) == sorted(t.pk for t in quiet + loud)
+    assert all(e.data == {"state": "completed", "partition": name} for e in purged)
+    seal.seal_pending()
+    for tenant in ("acme", "globex"):
+        report = verify_chain(f"tenant:{tenant}")
+        assert report.broken is None and report.unsealed == 0, report
+
+
+@pytest.mark.pg
+@pytest.mark.django_db
 @pytest.mark.parametrize("keeper", ["running", "not_expired", "held", "unknown_effect"])
 def test_a_day_with_a_task_not_due_is_kept_whole(
     keeper: str,
@@ -184,7 +223,7 @@ def test_a_day_with_a_task_not_due_is_kept_whole(
             state=EffectState.UNKNOWN,
         )
 
-    assert task_partitions.purge_due() == []
+    assert lifecycle.task_purge_days() == []
 
     assert name in names()
     assert Task.objects.filter(pk=kept.pk).exists()
@@ -252,7 +291,7 @@ def test_a_tasks_channel_group_is_a_valid_group_name() -> None:
 @pytest.mark.django_db
 def test_the_sweep_creates_the_coming_days_partitions(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(task_partitions, "DAYS_AHEAD", 9)
-    monkeypatch.setitem(task_partitions._last_ensured, "at", float("-inf"))
+    task_partitions.ensuring.reset()
     done = sweeps.run_all()
     assert done["task_partitions"] == 2  # the days 8 and 9 from today
     far = timezone.now().astimezone(UTC).date() + timedelta(days=9)
@@ -286,9 +325,10 @@ def test_the_sweep_tries_whole_days_every_few_minutes(
 ) -> None:
     name, noon = days_ago(3)
     finished_at(make_task, noon)
-    assert task_partitions.purge_when_due(timezone.now()) == [(name, 1)]
+    assert sweeps.purge_tasks() == 1
+    assert name not in names()  # dropped whole
     second, _ = days_ago(4)
-    assert task_partitions.purge_when_due(timezone.now()) == []  # tried a moment ago
+    assert sweeps.purge_tasks() == 0  # tried a moment ago
     assert second in names()
 
 
@@ -302,7 +342,7 @@ def test_the_partitions_command_lists_them_or_says_there_are_none() -> None:
     else:
         assert out.getvalue() == "tasks are one table here (SQLite): no partitions\n"
         assert (
-            task_partitions.purge_due() == []
+            lifecycle.task_purge_days() == []
             and task_partitions.row_purge_below(timezone.now()) is None
         )
 
@@ -333,19 +373,18 @@ def test_a_hold_placed_during_the_drop_keeps_the_whole_day_as_it_was(
 ) -> None:
     """The drop is checked again under its lock, in the transaction that deleted the dependent
     rows and recorded the purge events: refused there, none of it happened."""
-    from mcptasks.lifecycle import _core
-
     name, noon = days_ago(3)
     task = finished_at(make_task, noon)
     TaskStep.objects.create(task=task, key="now:1", kind="now", value=1)
-    audit = _core._audit
+    drop_day = task_partitions.drop_day
 
-    def audit_then_hold(*args: Any, **kwargs: Any) -> None:
-        audit(*args, **kwargs)
+    def hold_then_drop(*args: Any, **kwargs: Any) -> int:
+        assert AuditEvent.objects.filter(action="task.purged").exists()  # recorded already
         place_hold(tenant_slug=cast["alice"]["tenant"].slug, reason="subpoena", actor=SYSTEM)
+        return drop_day(*args, **kwargs)
 
-    monkeypatch.setattr(_core, "_audit", audit_then_hold)
-    assert task_partitions.purge_due() == []
+    monkeypatch.setattr(task_partitions, "drop_day", hold_then_drop)
+    assert lifecycle.task_purge_days() == []
     assert name in names() and Task.objects.filter(pk=task.pk).exists()
     assert TaskStep.objects.filter(task_id=task.pk).count() == 1
     assert not AuditEvent.objects.filter(action="task.purged").exists()

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from mcptasks import task_partitions
+from mcptasks import lifecycle, task_partitions
 
 
 class Command(BaseCommand):
@@ -45,7 +45,7 @@ class Command(BaseCommand):
                 raise CommandError(
                     "MCPTASKS_TASK_PARTITION_PURGE is off: tasks are purged row by row"
                 )
-            for name, tasks in task_partitions.purge_due():
+            for name, tasks in lifecycle.task_purge_days():
                 self.stdout.write(f"dropped {name} ({tasks} tasks purged)")
         for part, tasks in task_partitions.sizes():
             kind = "DEFAULT" if part.is_default else f"{part.lower or '-'} .. {part.upper}"
