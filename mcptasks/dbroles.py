@@ -72,15 +72,15 @@ def grant_app_role(connection: Any, role: str) -> None:
         append_only = ", ".join(quote(table) for table in _append_only_tables())
         cursor.execute("SELECT to_regprocedure('audit_partitions()') IS NOT NULL")
         partitioned = bool(cursor.fetchone()[0])  # audit migration 0008 applied
-        event_partitions = []
+        partitions = []
         if partitioned:
             cursor.execute("SELECT name FROM audit_partitions()")
-            event_partitions = [quote(row[0]) for row in cursor.fetchall()]
+            partitions = [quote(row[0]) for row in cursor.fetchall()]
         cursor.execute("SELECT to_regprocedure('mcptasks_task_partitions()') IS NOT NULL")
         tasks_partitioned = bool(cursor.fetchone()[0])  # mcptasks migration 0016 applied
         if tasks_partitioned:
             cursor.execute("SELECT name FROM mcptasks_task_partitions()")
-            event_partitions += [quote(row[0]) for row in cursor.fetchall()]
+            partitions += [quote(row[0]) for row in cursor.fetchall()]
         statements = [
             f"GRANT USAGE ON SCHEMA {schema} TO {who}",
             f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {who}",
@@ -100,8 +100,8 @@ def grant_app_role(connection: Any, role: str) -> None:
                 f"GRANT EXECUTE ON FUNCTION {TASK_ENSURE_PARTITIONS_FUNCTION} TO {who}",
                 f"GRANT EXECUTE ON FUNCTION {TASK_PURGE_PARTITION_FUNCTION} TO {who}",
             ]
-        if event_partitions:  # granted by ALL TABLES above: the rows are reached via the parent
-            statements.append(f"REVOKE ALL ON {', '.join(event_partitions)} FROM {who}")
+        if partitions:  # of both tables, granted by ALL TABLES above: rows go through the parents
+            statements.append(f"REVOKE ALL ON {', '.join(partitions)} FROM {who}")
         for statement in statements:
             cursor.execute(statement)
 
