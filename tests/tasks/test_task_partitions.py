@@ -71,6 +71,38 @@ def names() -> list[str]:
 
 @pytest.mark.pg
 @pytest.mark.django_db
+def test_the_task_table_keeps_no_index_another_one_covers(
+    make_task: Callable[..., Task],
+) -> None:
+    """Migration 0018: no index of the tenant or principal alone (the created-order indexes
+    lead with them) and no LIKE index of an id (the ids' "C" collation lets the primary key
+    serve a prefix); every partition has the parent's indexes."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i"
+            " JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = 'mcptasks_task'::regclass"
+        )
+        indexes = dict(cursor.fetchall())
+        cursor.execute("SELECT count(*) FROM pg_index WHERE indrelid = %s::regclass", [names()[1]])
+        in_a_day = cursor.fetchone()[0]
+    assert not [name for name, sql in indexes.items() if "pattern_ops" in sql]
+    one_column = {
+        sql.split("USING btree ")[1]
+        for sql in indexes.values()
+        if "btree" in sql and "," not in sql
+    }
+    assert "(tenant_id)" not in one_column and "(principal_id)" not in one_column
+    assert "(retry_of_id)" in one_column and "task_retry_of" in indexes
+    assert in_a_day == len(indexes)
+    task = make_task()
+    prefix = Task.objects.filter(pk__startswith=task.pk[:12])
+    plan = prefix.explain()
+    assert "_pkey" in plan and "Seq Scan on mcptasks_task_p" not in plan, plan
+    assert list(prefix.values_list("pk", flat=True)) == [task.pk]
+
+
+@pytest.mark.pg
+@pytest.mark.django_db
 def test_ensure_creates_today_and_the_days_ahead_once() -> None:
     today = timezone.now().astimezone(UTC).date()
     expected = [f"mcptasks_task_p{today + timedelta(days=n):%Y%m%d}" for n in range(8)]
