@@ -11,7 +11,7 @@ index (``task_tenant_created``, ``task_principal_created``, the audit primary ke
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, time, timedelta
 from itertools import islice
 from typing import Any
@@ -128,6 +128,25 @@ class TaskFilters:
     outcome: str = ""
     error_code: int | None = None
     sort: str = DEFAULT_SORT
+    # The search's conditions, once :meth:`resolved` found them: a listing filters several
+    # querysets (one per tenant, and the count) and the id search reads candidates each time.
+    found: Q | None = field(default=None, compare=False, repr=False)
+
+    def resolved(self) -> TaskFilters:
+        """These filters with the search's conditions found now, for every query made of them."""
+        if not self.search or self.found is not None:
+            return self
+        return replace(self, found=self._search())
+
+    def _search(self) -> Q:
+        """A task id (or the first characters of one), a backend job id, or text."""
+        term = self.search
+        found = Q(pk=term) | Q(backend_job_id=term)
+        if len(term) >= 6:
+            found |= task_partitions.id_search(term)
+        if len(term) >= MIN_TEXT_TERM:
+            found |= _text_search(term)
+        return found
 
     def q(self) -> Q:
         condition = Q()
@@ -146,14 +165,7 @@ class TaskFilters:
         if self.created_to:
             condition &= Q(created_at__lt=_day_start(self.created_to + timedelta(days=1)))
         if self.search:
-            # A task id (or the first characters of one), or a backend job id.
-            term = self.search
-            found = Q(pk=term) | Q(backend_job_id=term)
-            if len(term) >= 6:
-                found |= task_partitions.id_search(term)
-            if len(term) >= MIN_TEXT_TERM:
-                found |= _text_search(term)
-            condition &= found
+            condition &= self.found if self.found is not None else self._search()
         return condition
 
 
@@ -232,6 +244,7 @@ def task_page(
     ``sort`` says otherwise), by keyset on (column, id): ``older_than`` is the next page's
     cursor, ``newer_than`` the previous one's. ``with_total`` counts the matches too (up to
     :data:`COUNT_CAP`, in one query)."""
+    filters = filters.resolved()
     column = SORTS.get(filters.sort, SORTS[DEFAULT_SORT])
     ascending = not filters.sort.startswith("-")
     parts = _listing_parts(user, filters)

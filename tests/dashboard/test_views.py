@@ -488,6 +488,23 @@ def test_task_list_filters_and_searches(cast, client_for, make_task, running):
     assert ids(created_to="2000-01-01") == []
 
 
+def test_a_search_over_several_tenants_reads_the_id_candidates_once(cast, make_task, users):
+    """olga's list merges a query per tenant and counts the matches: all of them name the
+    candidate ids of the id search, read once (the index of the id after its day prefix)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from mcptasks import queries
+
+    make_task("alice")
+    globex = make_task("bob")
+    term = distinctive(globex.pk)[:8]
+    with CaptureQueriesContext(connection) as captured:
+        page = queries.task_page(users["olga"], queries.TaskFilters(search=term), with_total=True)
+    assert [t.pk for t in page.rows] == [globex.pk] and page.total == 1
+    assert len([q for q in captured if "SUBSTR" in q["sql"].upper()]) == 1
+
+
 def test_task_list_pages_with_cursors(cast, client_for, make_task, users):
     from mcptasks import queries
 
