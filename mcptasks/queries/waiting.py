@@ -14,6 +14,7 @@ from django.utils import timezone
 from mcptasks import access
 from mcptasks.models import Effect, InputKind, InputRequest, Task, TaskState
 from mcptasks.queries.listing import LIST_DEFERRED
+from mcptasks.sqlconst import written
 
 # A cancel requested this long ago on a task that still runs lands in the operator's inbox.
 STUCK_CANCEL_S = settings.MCPTASKS_STUCK_CANCEL_S
@@ -54,7 +55,7 @@ def _stuck_cancels(user: Any, now: datetime | None, tenant_id: int | None) -> Qu
     threshold = (now or timezone.now()) - timedelta(seconds=STUCK_CANCEL_S)
     return _in_tenant(
         access.visible_tasks(user, action=access.Action.FORCE_CANCEL).filter(
-            state=TaskState.RUNNING, cancel_requested_at__lt=threshold
+            state=written(TaskState.RUNNING), cancel_requested_at__lt=threshold
         ),
         tenant_id,
     )
