@@ -20,6 +20,7 @@ from mcptasks import lifecycle
 from mcptasks.lifecycle import creation
 from mcptasks.models import Task, TaskCreationKey
 from mcptasks.outbox import subscriptions
+from tests.generic_plans import generic_plan
 
 pytestmark = [pytest.mark.pg, pytest.mark.django_db(transaction=True)]
 
@@ -199,21 +200,7 @@ def test_the_active_counts_use_their_partial_indexes_in_a_generic_plan(
     """A connection prepares what it runs often (mcptasks.conf); the counts' generic plan — no
     parameter values known — still reads the partial indexes of active tasks, so a principal's
     count never scans the tasks it has finished."""
-    parts = creation._active_counts_sql().split("%s")
-    numbered = parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], start=1))
     values = creation._count_params(_spec(cast["alice"]))
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute("SET LOCAL enable_seqscan = off")  # an empty table: scans cost nothing
-        cursor.execute(f"PREPARE active_counts AS {numbered}")
-        try:
-            cursor.execute(
-                connection.ops.compose_sql(
-                    f"EXPLAIN EXECUTE active_counts ({', '.join(['%s'] * len(values))})", values
-                )
-            )
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-        finally:
-            cursor.execute("DEALLOCATE active_counts")
+    plan = generic_plan(creation._active_counts_sql(), values)
     assert "task_active_principal" in plan, plan
     assert "task_active_tenant" in plan, plan

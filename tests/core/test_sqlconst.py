@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from mcptasks.models import Task, TaskState
 from mcptasks.sqlconst import written
@@ -37,28 +36,12 @@ def test_the_navigations_stuck_cancel_count_reads_active_tasks_in_a_generic_plan
     its state bound, the generic plan could not prove the partial index of active tasks (and
     at a million tasks guessed a ninth of them running), so PostgreSQL planned the count
     afresh at every execution, over every day partition of the task table."""
-    from django.db import transaction
     from django.db.models import Count
 
     from mcptasks.queries.waiting import _stuck_cancels
+    from tests.generic_plans import generic_plan
 
     rows = _stuck_cancels(cast["olga"]["user"], None, None)
-    sql, values = (
-        rows.order_by().values("tenant_id").annotate(n=Count("pk")).query.sql_with_params()
-    )
-    parts = sql.split("%s")
-    numbered = parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], start=1))
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute("SET LOCAL enable_seqscan = off")  # a small table: scans cost nothing
-        cursor.execute(f"PREPARE stuck_count AS {numbered}")
-        try:
-            cursor.execute(
-                connection.ops.compose_sql(
-                    f"EXPLAIN EXECUTE stuck_count ({', '.join(['%s'] * len(values))})", values
-                )
-            )
-            plan = "\n".join(row[0] for row in cursor.fetchall())
-        finally:
-            cursor.execute("DEALLOCATE stuck_count")
+    counted = rows.order_by().values("tenant_id").annotate(n=Count("pk"))
+    plan = generic_plan(*counted.query.sql_with_params())
     assert "active_tenant" in plan or "active_principal" in plan, plan
