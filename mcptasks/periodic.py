@@ -23,18 +23,13 @@ class AtMostEvery:
 
     def run(self, work: Callable[[], list[T]]) -> list[T]:
         """``work()`` if its last run began ``every_s`` or more ago, else ``[]`` (also while
-        another thread runs it). A run that raises does not count: the next call tries again."""
+        another thread runs it). A run that raises counts as a run: a failing database is not
+        asked again at every sweep, and the sweep's other work goes on meanwhile."""
         with self._lock:
-            began = self._began
-            if self._clock() - began < self.every_s:
+            if self._clock() - self._began < self.every_s:
                 return []
             self._began = self._clock()
-        try:
-            return work()
-        except BaseException:
-            with self._lock:
-                self._began = began
-            raise
+        return work()
 
     def reset(self) -> None:
         """The next :meth:`run` runs (for tests, and after something made the work due)."""

@@ -78,7 +78,7 @@ def purge_tasks() -> int:
     what no day's purge covers."""
     now = timezone.now()
     purged = sum(tasks for _, tasks in purging_days.run(lambda: lifecycle.task_purge_days(now)))
-    cutoff = now - timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
+    cutoff = now - lifecycle.terminal_grace()
     due = Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
     below = task_partitions.row_purge_below(now)
     if below is not None:  # the days after wait for their whole-day purge

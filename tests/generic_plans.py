@@ -11,9 +11,10 @@ from django.db import connection, transaction
 
 
 def generic_plan(sql: str, values: Sequence[Any]) -> str:
-    """``EXPLAIN`` of ``sql`` (``%s`` placeholders) prepared and executed with ``values`` under
-    ``force_generic_plan``, sequential scans off (the tests' tables are small: a scan would cost
-    nothing and hide which index the plan can use)."""
+    """``EXPLAIN`` of ``sql`` (``%s`` placeholders, no ``%%``) prepared and executed with
+    ``values`` under ``force_generic_plan``, sequential scans off (the tests' tables are small: a
+    scan would cost nothing and hide which index the plan can use). The settings are rolled back
+    with the savepoint they were made in."""
     parts = sql.split("%s")
     numbered = parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], start=1))
     with transaction.atomic(), connection.cursor() as cursor:
@@ -29,3 +30,4 @@ def generic_plan(sql: str, values: Sequence[Any]) -> str:
             return "\n".join(row[0] for row in cursor.fetchall())
         finally:
             cursor.execute("DEALLOCATE generic_plan_of")
+            transaction.set_rollback(True)

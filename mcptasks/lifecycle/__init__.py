@@ -77,6 +77,7 @@ from mcptasks.lifecycle.retention import (
     task_expire,
     task_purge,
     task_purge_days,
+    terminal_grace,
 )
 
 __all__ = [
@@ -138,5 +139,6 @@ __all__ = [
     "task_stop_overrun",
     "task_timeout_input",
     "task_wake",
+    "terminal_grace",
     "validated_answer",
 ]

@@ -69,7 +69,9 @@ def task_purge(*, task_id: str) -> bool:
         task = (
             Task.objects.select_related("tenant")
             .filter(
-                pk=task_id, state__in=TERMINAL_STATES, expires_at__lte=timezone.now() - _grace()
+                pk=task_id,
+                state__in=TERMINAL_STATES,
+                expires_at__lte=timezone.now() - terminal_grace(),
             )
             .first()
         )
@@ -87,7 +89,8 @@ def task_purge(*, task_id: str) -> bool:
     return True
 
 
-def _grace() -> timedelta:
+def terminal_grace() -> timedelta:
+    """How long a terminal task is kept past its TTL (``MCPTASKS_TERMINAL_GRACE_S``)."""
     return timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
 
 
@@ -99,7 +102,7 @@ def task_purge_days(now: datetime | None = None) -> list[tuple[str, int]]:
     if not task_partitions.purging():
         return []
     now = now or timezone.now()
-    cutoff = now - _grace()
+    cutoff = now - terminal_grace()
     dropped = []
     for part in task_partitions.days_to_purge(now):
         try:

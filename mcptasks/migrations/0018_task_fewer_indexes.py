@@ -36,6 +36,8 @@ def drop_indexes(apps, schema_editor):
             schema_editor.execute(f"DROP INDEX IF EXISTS {quote(name)}")
     if postgres:
         schema_editor.execute(f"ALTER INDEX IF EXISTS {quote(RETRY_OF_INDEX)} RENAME TO task_retry_of")
+        # whatever the database had: the index Django's state now records
+        schema_editor.execute("CREATE INDEX IF NOT EXISTS task_retry_of ON mcptasks_task (retry_of_id)")
     else:  # SQLite renames no index: the new one, then the old one dropped
         schema_editor.execute('CREATE INDEX IF NOT EXISTS task_retry_of ON mcptasks_task (retry_of_id)')
         schema_editor.execute(f"DROP INDEX IF EXISTS {quote(RETRY_OF_INDEX)}")

@@ -32,6 +32,9 @@ ACTIVE_STATES = frozenset(set(TaskState) - TERMINAL_STATES)
 
 
 class Task(models.Model):
+    # Migration 0018 dropped the LIKE index Django gives a text key (the "C" collation lets the
+    # key serve a prefix); Django's state cannot say so, and a migration altering this field
+    # would try to drop that index by name: drop it with IF EXISTS there.
     id = TaskIdField(primary_key=True, max_length=64, default=new_task_id, editable=False)
     # No index of their own: task_tenant_created and task_principal_created lead with them
     # (every index is one more entry per creation and one more for the planner to weigh in
