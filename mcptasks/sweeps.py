@@ -22,6 +22,7 @@ from mcptasks.models import (
     InputState,
     Task,
     TaskState,
+    terminal_grace,
 )
 from mcptasks.periodic import AtMostEvery
 
@@ -78,7 +79,7 @@ def purge_tasks() -> int:
     what no day's purge covers."""
     now = timezone.now()
     purged = sum(tasks for _, tasks in purging_days.run(lambda: lifecycle.task_purge_days(now)))
-    cutoff = now - lifecycle.terminal_grace()
+    cutoff = now - terminal_grace()
     due = Task.objects.filter(state__in=TERMINAL_STATES, expires_at__lte=cutoff)
     below = task_partitions.row_purge_below(now)
     if below is not None:  # the days after wait for their whole-day purge

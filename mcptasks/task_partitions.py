@@ -119,7 +119,7 @@ def row_purge_below(now: datetime) -> str | None:
     end; the days before are purged row by row of whatever kept them."""
     if not purging():
         return None
-    from mcptasks.lifecycle.retention import terminal_grace
+    from mcptasks.models import terminal_grace
 
     wait = timedelta(milliseconds=settings.MCPTASKS_DEFAULT_TTL_MS) + terminal_grace()
     return day_prefix(now - wait)

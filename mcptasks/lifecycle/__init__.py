@@ -77,7 +77,6 @@ from mcptasks.lifecycle.retention import (
     task_expire,
     task_purge,
     task_purge_days,
-    terminal_grace,
 )
 
 __all__ = [
@@ -139,6 +138,5 @@ __all__ = [
     "task_stop_overrun",
     "task_timeout_input",
     "task_wake",
-    "terminal_grace",
     "validated_answer",
 ]

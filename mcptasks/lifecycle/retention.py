@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -27,7 +26,7 @@ from mcptasks.lifecycle._core import (
     _unsealed_audit,
     error_object,
 )
-from mcptasks.models import TERMINAL_STATES, EffectState, Task
+from mcptasks.models import TERMINAL_STATES, EffectState, Task, terminal_grace
 
 log = logging.getLogger(__name__)
 
@@ -87,11 +86,6 @@ def task_purge(*, task_id: str) -> bool:
             return False
         _audit(task, "task.purged", Actor.system("sweeper"))
     return True
-
-
-def terminal_grace() -> timedelta:
-    """How long a terminal task is kept past its TTL (``MCPTASKS_TERMINAL_GRACE_S``)."""
-    return timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
 
 
 def task_purge_days(now: datetime | None = None) -> list[tuple[str, int]]:

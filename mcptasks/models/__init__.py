@@ -44,6 +44,7 @@ from mcptasks.models.tasks import (
     TaskStep,
     TaskUserObjectPermission,
     new_task_id,
+    terminal_grace,
 )
 
 # The outbox (issue 24): destinations of a tenant's events and deliveries to them.
@@ -81,4 +82,5 @@ __all__ = [
     "hash_secret",
     "new_task_id",
     "scope_covers",
+    "terminal_grace",
 ]

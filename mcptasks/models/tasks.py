@@ -6,6 +6,8 @@ Task state is written through ``mcptasks.lifecycle`` only; ``save()`` carries no
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -29,6 +31,11 @@ class TaskState(models.TextChoices):
 
 TERMINAL_STATES = frozenset({TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELLED})
 ACTIVE_STATES = frozenset(set(TaskState) - TERMINAL_STATES)
+
+
+def terminal_grace() -> timedelta:
+    """How long a terminal task is kept past its TTL (``MCPTASKS_TERMINAL_GRACE_S``)."""
+    return timedelta(seconds=settings.MCPTASKS_TERMINAL_GRACE_S)
 
 
 class Task(models.Model):

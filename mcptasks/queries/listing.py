@@ -24,6 +24,7 @@ from audit.models import AuditEvent
 from mcptasks import access, inputs, task_partitions, wire
 from mcptasks.models import Task, TaskState, Tenant
 from mcptasks.pagination import decode_cursor, encode_cursor
+from mcptasks.plans import planned_for_values
 from mcptasks.search import MIN_TEXT_TERM
 from mcptasks.tools.registry import registry
 
@@ -244,7 +245,20 @@ def task_page(
     ``sort`` says otherwise), by keyset on (column, id): ``older_than`` is the next page's
     cursor, ``newer_than`` the previous one's. ``with_total`` counts the matches too (up to
     :data:`COUNT_CAP`, in one query)."""
-    filters = filters.resolved()
+    if filters.search:
+        with planned_for_values():  # the plan that suits a search depends on its term
+            return _task_page(user, filters.resolved(), older_than, newer_than, limit, with_total)
+    return _task_page(user, filters, older_than, newer_than, limit, with_total)
+
+
+def _task_page(
+    user: Any,
+    filters: TaskFilters,
+    older_than: str | None,
+    newer_than: str | None,
+    limit: int,
+    with_total: bool,
+) -> Page:
     column = SORTS.get(filters.sort, SORTS[DEFAULT_SORT])
     ascending = not filters.sort.startswith("-")
     parts = _listing_parts(user, filters)

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from mcptasks import access
 from mcptasks.models import Effect, InputKind, InputRequest, Task, TaskState
+from mcptasks.plans import written
 from mcptasks.queries.listing import LIST_DEFERRED
-from mcptasks.sqlconst import written
 
 # A cancel requested this long ago on a task that still runs lands in the operator's inbox.
 STUCK_CANCEL_S = settings.MCPTASKS_STUCK_CANCEL_S

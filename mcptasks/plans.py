@@ -1,0 +1,55 @@
+"""How the statements are planned on PostgreSQL (issue 23): code constants written into a
+statement instead of bound to it, and the statements whose plan must follow their values.
+
+Values are bound server-side and a statement a connection runs often is prepared
+(:func:`mcptasks.conf.postgres_database`); after five executions PostgreSQL weighs a generic
+plan, made without the values, against planning for each. A bound ``state`` makes the generic
+plan blind: it cannot prove a partial index's condition (``state = 'running'`` inside the
+active states) nor see that a state is rare, so it looks worse and every execution is planned
+afresh — over every day partition of the task table, the most expensive part of a dashboard
+page's query at a million tasks (``bench/PROFILE-23.md``). A state the code chose, written as
+a literal, keeps the generic plan as good as a custom one.
+
+The other way round, a value the user typed can decide the plan: a search term that matches a
+handful of tasks is cheap through its indexes, and a generic plan, guessing the average term,
+scans. :func:`planned_for_values` keeps such statements off their generic plans.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connection, transaction
+from django.db.models import CharField
+from django.db.models.expressions import RawSQL
+
+_WORD = re.compile(r"[a-z][a-z_]*")
+
+
+def written(value: str) -> RawSQL:
+    """``value``, a choice of a model field (lower-case letters and underscores), as a SQL
+    literal for a filter: ``Q(state=written(TaskState.RUNNING))``. Never for input: anything
+    else is refused."""
+    if not _WORD.fullmatch(value):
+        raise ValueError(f"not a code constant: {value!r}")
+    return RawSQL(f"'{value}'", [], output_field=CharField())  # noqa: S611 - checked above
+
+
+@contextmanager
+def planned_for_values() -> Iterator[None]:
+    """The block's statements planned for their values at each execution, never from a
+    prepared statement's generic plan (``plan_cache_mode``, for the block's transaction or
+    savepoint only). For a page whose queries carry what the user typed: the dashboard's search
+    at a million tasks took 1.2 s a page on its generic plans, 80 ms planned for its term."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        before = cursor.fetchone()[0]
+        cursor.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        yield
+        # (a block that raised is rolled back, and the setting with it)
+        cursor.execute("SELECT set_config('plan_cache_mode', %s, true)", [before])
