@@ -444,3 +444,18 @@ def test_the_sealer_thread_seals_committed_events_within_the_delay(
     assert verify_chain(ACME).ok
     threads = [t for t in threading.enumerate() if t.name == "mcptasks-audit-sealer"]
     assert len(threads) == 1 and threads[0].daemon
+
+
+@pytest.mark.pg
+@pytest.mark.django_db
+def test_the_seal_function_reads_its_chain_by_index_whatever_the_estimates() -> None:
+    """Migration 0010: planned without its values, the seal's duplicate-seq check looked like
+    a sixth of the table and ran as a sequential scan of every event (1.1 s a seal at ten
+    million events); with sequential scans and JIT off it is one index probe per partition."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT proconfig FROM pg_proc WHERE proname = 'audit_seal_events'"
+            " AND pronamespace = 'public'::regnamespace"
+        )
+        [(config,)] = cursor.fetchall()
+    assert {"enable_seqscan=off", "jit=off"} <= set(config), config
