@@ -13,6 +13,9 @@ a literal, keeps the generic plan as good as a custom one.
 The other way round, a value the user typed can decide the plan: a search term that matches a
 handful of tasks is cheap through its indexes, and a generic plan, guessing the average term,
 scans. :func:`planned_for_values` keeps such statements off their generic plans.
+
+And a statement that finds one task by its id is better on its generic plan than PostgreSQL
+judges: :func:`generic_plans` keeps it there.
 """
 
 from __future__ import annotations
@@ -43,13 +46,45 @@ def planned_for_values() -> Iterator[None]:
     prepared statement's generic plan (``plan_cache_mode``, for the block's transaction or
     savepoint only). For a page whose queries carry what the user typed: the dashboard's search
     at a million tasks took 1.2 s a page on its generic plans, 80 ms planned for its term."""
-    if connection.vendor != "postgresql":
+    with _plan_cache_mode("force_custom_plan", always=True):
         yield
+
+
+@contextmanager
+def generic_plans() -> Iterator[None]:
+    """The block's prepared statements run on their generic plans: a transaction (or savepoint)
+    for statements that find one task by its id. Their generic plan prunes the task table's
+    partitions when it runs, as good as planning for the id; but PostgreSQL costs it as if it
+    read every partition, so left to choose it planned each execution afresh — half a
+    millisecond of the worker's claim (``bench/PROFILE-23.md``). Only where prepared statements
+    are (behind a pooler none is: the block is a plain transaction)."""
+    with _plan_cache_mode("force_generic_plan", always=False):
+        yield
+
+
+@contextmanager
+def _plan_cache_mode(mode: str, *, always: bool) -> Iterator[None]:
+    """``plan_cache_mode`` = ``mode`` in a transaction or savepoint for the block; ``always``:
+    also where statements are not prepared. Set for the transaction (``SET LOCAL``): a block
+    that opens it leaves it to its end; one inside another restores what it found."""
+    if connection.vendor != "postgresql" or not (always or prepares()):
+        with transaction.atomic():
+            yield
         return
+    outermost = not connection.in_atomic_block
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SHOW plan_cache_mode")
-        before = cursor.fetchone()[0]
-        cursor.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        before = None
+        if not outermost:
+            cursor.execute("SHOW plan_cache_mode")
+            before = cursor.fetchone()[0]
+        cursor.execute(f"SET LOCAL plan_cache_mode = {mode}")
         yield
         # (a block that raised is rolled back, and the setting with it)
-        cursor.execute("SELECT set_config('plan_cache_mode', %s, true)", [before])
+        if before is not None:
+            cursor.execute("SELECT set_config('plan_cache_mode', %s, true)", [before])
+
+
+def prepares() -> bool:
+    """Whether the connection prepares the statements it runs often (none behind a pooler:
+    :func:`mcptasks.conf.postgres_database`)."""
+    return connection.settings_dict.get("OPTIONS", {}).get("prepare_threshold") is not None

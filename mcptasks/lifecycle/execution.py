@@ -36,6 +36,7 @@ from mcptasks.lifecycle._core import (
 )
 from mcptasks.lifecycle.cancel import _after_suspend, _cancel_now
 from mcptasks.models import GateOutcome, InputKind, InputRequest, Task, TaskStep, Tenant
+from mcptasks.plans import generic_plans
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ def task_claim(*, task_id: str, worker: str) -> Task:
 
 def claim(*, task_id: str, worker: str) -> Claimed:
     """:func:`task_claim`, with what its cap check found."""
-    with transaction.atomic():
+    with generic_plans():  # (a transaction) the claim finds its task by id, twice
         room = fairshare.claim_room(task_id)
         if room.refusal:
             raise AtCapacity(f"task {task_id} waits for room: {room.refusal}")
