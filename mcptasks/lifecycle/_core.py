@@ -550,7 +550,7 @@ def _unsealed_audit(
     23), when that is all :func:`_audit` would write: on PostgreSQL, events sealed after
     commit, and no outbox subscription of the tenant. None otherwise: then the writer runs in
     a transaction and calls :func:`_audit`."""
-    if connection.vendor != "postgresql" or not outbox.quiet(tenant_id):
+    if not _audit_is_one_event(tenant_id):
         return None
     return unsealed(
         action=action,
@@ -561,6 +561,27 @@ def _unsealed_audit(
         task_id=task_id,
         data={"state": state, **(data or {})},
     )
+
+
+def _unsealed_audit_of(
+    task: Task,
+    action: str,
+    actor: Actor,
+    data: dict[str, Any] | None = None,
+    sensitive_keys: frozenset[str] = frozenset(),
+) -> Unsealed | None:
+    """:func:`_unsealed_audit` of ``action`` on ``task`` as it is (its tenant loaded)."""
+    if not _audit_is_one_event(task.tenant_id):
+        return None
+    return unsealed(
+        action=action, actor=actor, sensitive_keys=sensitive_keys, **_event_of(task, data)
+    )
+
+
+def _audit_is_one_event(tenant_id: int) -> bool:
+    """Whether the event is all :func:`_audit` would write for the tenant's task: on
+    PostgreSQL, and the tenant subscribing to nothing."""
+    return connection.vendor == "postgresql" and outbox.quiet(tenant_id)
 
 
 def _changed(task: Task) -> None:

@@ -23,7 +23,7 @@ from mcptasks.lifecycle._core import (
     TaskNotFound,
     _audit,
     _run_on_commit,
-    _unsealed_audit,
+    _unsealed_audit_of,
 )
 from mcptasks.models import (
     ACTIVE_STATES,
@@ -102,16 +102,7 @@ def task_create(*, spec: NewTask, actor: Actor) -> tuple[Task, bool]:
     one_statement = not connection.in_atomic_block and connection.get_autocommit()
     if one_statement and not spec.creation_key and not spec.answered_inputs and not _save_signals():
         task.tenant = _tenant(spec)
-        event = _unsealed_audit(
-            tenant_id=task.tenant_id,
-            tenant_slug=task.tenant.slug,
-            task_id=task.pk,
-            state=task.state,
-            action="task.created",
-            actor=actor,
-            data=created,
-            sensitive_keys=spec.sensitive_keys,
-        )
+        event = _unsealed_audit_of(task, "task.created", actor, created, spec.sensitive_keys)
     try:
         if event is not None:
             _create_in_one_statement(spec, task, event)

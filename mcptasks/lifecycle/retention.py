@@ -23,7 +23,7 @@ from mcptasks.lifecycle._core import (
     _changed,
     _leave_open_effects,
     _supersede_pending,
-    _unsealed_audit,
+    _unsealed_audit_of,
     error_object,
 )
 from mcptasks.models import TERMINAL_STATES, EffectState, Task, terminal_grace
@@ -141,15 +141,7 @@ def _record_purged(tasks: Iterable[Task], data: dict[str, Any]) -> None:
     actor = Actor.system("sweeper")
     batch: list[Unsealed] = []
     for task in tasks:
-        event = _unsealed_audit(
-            tenant_id=task.tenant_id,
-            tenant_slug=task.tenant.slug,
-            task_id=task.pk,
-            state=task.state,
-            action="task.purged",
-            actor=actor,
-            data=data,
-        )
+        event = _unsealed_audit_of(task, "task.purged", actor, data)
         if event is None:
             _audit(task, "task.purged", actor, data)
             continue
