@@ -25,6 +25,7 @@ from django.db.models import Count, F, Window
 from django.db.models.functions import RowNumber
 
 from mcptasks.models import Task, TaskState, Tenant
+from mcptasks.plans import literal
 
 
 def caps(tenant: Tenant) -> tuple[int, int]:
@@ -86,7 +87,7 @@ def claim_room(task_id: str) -> Room:
 def running_counts(tenant_id: int, principal_id: int) -> tuple[int, int]:
     """How many tasks run for the tenant, and for the principal."""
     with connection.cursor() as cursor:
-        cursor.execute(_running_statement(), [tenant_id, principal_id, TaskState.RUNNING])
+        cursor.execute(_running_statement(), [tenant_id, principal_id])
         tenant_running, principal_running = cursor.fetchone()
     return tenant_running, principal_running
 
@@ -94,10 +95,12 @@ def running_counts(tenant_id: int, principal_id: int) -> tuple[int, int]:
 @functools.cache
 def _running_statement() -> str:
     """The running tasks of a tenant and of a principal, counted in one statement built once (the
-    ORM's compile of the same aggregate cost more than its round trip; issue 23)."""
+    ORM's compile of the same aggregate cost more than its round trip; issue 23). The state is
+    written in (:func:`mcptasks.plans.literal`): the claim runs it on its generic plan
+    (:func:`mcptasks.plans.generic_plans`), which must know it reads the few running tasks."""
     return (
         "SELECT COUNT(*) FILTER (WHERE tenant_id = %s), COUNT(*) FILTER (WHERE principal_id = %s) "  # noqa: S608 - names from the models
-        f"FROM {Task._meta.db_table} WHERE state = %s"
+        f"FROM {Task._meta.db_table} WHERE state = {literal(TaskState.RUNNING)}"
     )
 
 

@@ -35,9 +35,15 @@ def written(value: str) -> RawSQL:
     """``value``, a choice of a model field (lower-case letters and underscores), as a SQL
     literal for a filter: ``Q(state=written(TaskState.RUNNING))``. Never for input: anything
     else is refused."""
+    return RawSQL(literal(value), [], output_field=CharField())  # noqa: S611 - checked by literal
+
+
+def literal(value: str) -> str:
+    """``value``, a choice of a model field, as a SQL string literal for a statement written by
+    hand (see :func:`written`)."""
     if not _WORD.fullmatch(value):
         raise ValueError(f"not a code constant: {value!r}")
-    return RawSQL(f"'{value}'", [], output_field=CharField())  # noqa: S611 - checked above
+    return f"'{value}'"
 
 
 @contextmanager

@@ -184,3 +184,15 @@ def test_behind_a_pooler_the_fast_tasks_get_sets_nothing_on_its_connections(
     settings.MCPTASKS_DB_POOLER = "pgbouncer"
     settings.MCPTASKS_FAST_TASKS_GET_PREPARE = True
     assert "plan_cache_mode" not in connection_params().get("options", "")
+
+
+@pytest.mark.pg
+@pytest.mark.django_db
+def test_the_claims_running_count_knows_its_state_in_its_generic_plan() -> None:
+    """The claim runs on generic plans (generic_plans): with the state bound, the count's plan
+    would be made for an average state's share of the tasks, not for the few running ones."""
+    from mcptasks.fairshare import _running_statement
+    from tests.generic_plans import generic_plan
+
+    plan = generic_plan(_running_statement(), [1, 1])
+    assert "(state)::text = 'running'::text" in plan, plan
