@@ -52,7 +52,10 @@ def planned_for_values() -> Iterator[None]:
     prepared statement's generic plan (``plan_cache_mode``, for the block's transaction or
     savepoint only). For a page whose queries carry what the user typed: the dashboard's search
     at a million tasks took 1.2 s a page on its generic plans, 80 ms planned for its term."""
-    with _plan_cache_mode("force_custom_plan", always=True):
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with _plan_cache_mode("force_custom_plan"):
         yield
 
 
@@ -64,19 +67,19 @@ def generic_plans() -> Iterator[None]:
     read every partition, so left to choose it planned each execution afresh — half a
     millisecond of the worker's claim (``bench/PROFILE-23.md``). Only where prepared statements
     are (behind a pooler none is: the block is a plain transaction)."""
-    with _plan_cache_mode("force_generic_plan", always=False):
+    if connection.vendor != "postgresql" or not _prepares():
+        with transaction.atomic():
+            yield
+        return
+    with _plan_cache_mode("force_generic_plan"):
         yield
 
 
 @contextmanager
-def _plan_cache_mode(mode: str, *, always: bool) -> Iterator[None]:
-    """``plan_cache_mode`` = ``mode`` in a transaction or savepoint for the block; ``always``:
-    also where statements are not prepared. Set for the transaction (``SET LOCAL``): a block
-    that opens it leaves it to its end; one inside another restores what it found."""
-    if connection.vendor != "postgresql" or not (always or prepares()):
-        with transaction.atomic():
-            yield
-        return
+def _plan_cache_mode(mode: str) -> Iterator[None]:
+    """``plan_cache_mode`` = ``mode`` in a transaction or savepoint for the block (PostgreSQL).
+    Set for the transaction (``SET LOCAL``): a block that opens it leaves it to its end; one
+    inside another restores what it found."""
     outermost = not connection.in_atomic_block
     with transaction.atomic(), connection.cursor() as cursor:
         before = None
@@ -90,7 +93,7 @@ def _plan_cache_mode(mode: str, *, always: bool) -> Iterator[None]:
             cursor.execute("SELECT set_config('plan_cache_mode', %s, true)", [before])
 
 
-def prepares() -> bool:
+def _prepares() -> bool:
     """Whether the connection prepares the statements it runs often (none behind a pooler:
     :func:`mcptasks.conf.postgres_database`)."""
     return connection.settings_dict.get("OPTIONS", {}).get("prepare_threshold") is not None
