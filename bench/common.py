@@ -46,6 +46,13 @@ def uvicorn_argv(app: str, port: int, *, lifespan: str = "off", backlog: bool = 
     return [*argv, "--backlog", "4096"] if backlog else argv
 
 
+def worker_argv(name: str, *extra: str) -> list[str]:
+    """One Celery worker process as documented for production (docs/operations.md): the solo
+    pool, so the process that takes a message from the broker runs it; run one per core."""
+    argv = [str(BIN / "celery"), "-A", "mcptasks", "worker", "--pool=solo", *extra]
+    return [*argv, "-n", f"{name}@%h", "-l", "warning"]
+
+
 def stop_group(process: subprocess.Popen[bytes], timeout: float = 15) -> None:
     """SIGTERM to the process group of ``process`` (started with ``start_new_session``), then
     SIGKILL if it is still there after ``timeout`` seconds."""

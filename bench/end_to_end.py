@@ -15,13 +15,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
-    BIN,
     REPO,
     RESULTS,
     bench_database,
     bench_env,
     process_stats,
     tree_cpu_s,
+    worker_argv,
 )
 
 
@@ -36,8 +36,8 @@ def server_env(url: str) -> dict[str, str]:
 def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
     """B6: tasks/s of `count` no-op tasks through 2 workers vs Celery's raw drain rate.
 
-    Both sides have the same shape: one process enqueues (or creates) serially, 2 prefork
-    workers (-c 1 each) drain, and completion is polled every POLL_S; each side is warmed up
+    Both sides have the same shape: one process enqueues (or creates) serially, 2 solo worker
+    processes (as documented for production) drain, and completion is polled every POLL_S; each side is warmed up
     first with WARM_UP jobs that are not timed.
     """
     import redis
@@ -50,21 +50,7 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
     logs = [open(RESULTS / f"worker{n}.log", "w") for n in range(2)]  # noqa: SIM115
     workers = [
         subprocess.Popen(
-            [
-                str(BIN / "celery"),
-                "-A",
-                "mcptasks",
-                "worker",
-                "--include",
-                "bench.noop_job",
-                "-c",
-                "1",
-                "--pool=prefork",
-                "-n",
-                f"bench{n}@%h",
-                "-l",
-                "warning",
-            ],
+            worker_argv(f"bench{n}", "--include", "bench.noop_job"),
             cwd=REPO,
             env=env,
             stdout=logs[n],
@@ -108,7 +94,8 @@ def run_end_to_end(url: str, count: int, results: dict[str, Any]) -> None:
             "worker_cpu_ms_per_task": 1000 * ours_cpu / count,
             "worker_cpu_ms_per_noop_job": 1000 * raw_cpu / count,
             "creator_cpu_ms_per_task": 1000 * create_cpu / count,
-            # The same workers' CPU by process (Celery's main processes, their pool children)
+            # The same workers' CPU by process (Celery's main processes; pool children, which the
+            # solo pool has none of)
             # and by kind (user, system: the kernel's share, sockets mostly).
             "worker_cpu_ms_per_task_split": {k: 1000 * v / count for k, v in split.items()},
             "worker_cpu_ms_per_noop_job_split": {k: 1000 * v / count for k, v in raw_split.items()},

@@ -9,7 +9,7 @@ fastmcp-tasks with its Docket backend and one no-op ``task=True`` tool under one
 (``bench/peer_fastmcp_app.py``; Docket's worker runs in it), and mcptasks as documented for
 production — ``manage.py serve`` (uvicorn, started by the command) and, separately, plain
 ``uvicorn mcptasks.asgi:application`` and, for the record, ``manage.py serve --server daphne``
-(``--servers``), on PostgreSQL and Redis, one Celery worker with 2 prefork processes and beat —
+(``--servers``), on PostgreSQL and Redis, ``WORKERS`` solo Celery worker processes (one per core) and beat —
 with the ``echo_task`` tool and the poll and active-task limits raised
 (``bench.end_to_end.server_env``).
 
@@ -51,12 +51,14 @@ from bench.common import (
     median,
     tree_cpu_s,
     uvicorn_argv,
+    worker_argv,
 )
 from bench.end_to_end import server_env
 from bench.hot_paths import hey, summary
 from bench.peer_client import Peer, end_to_end, one_call
 
 TARGETS = {"get": 3.0, "create": 1.5, "e2e": 1.5}
+WORKERS = 2  # this machine's cores
 CREATE_P99_TARGET_MS = 50.0
 OPEN_LOOP_ANSWERS = 200
 # This run's server logs (kept after a failure): a run beside another never shares a file.
@@ -256,16 +258,11 @@ def main() -> None:
             stack, "beat", [str(BIN / "celery"), "-A", "mcptasks", "beat", "-l", "warning"], env
         )
         pids.add(beat.process.pid)
-        worker = start(
-            stack,
-            "celery",
-            [
-                *(str(BIN / "celery"), "-A", "mcptasks", "worker", "-c", "2", "--pool=prefork"),
-                *("-n", f"peers{os.getpid()}@%h", "-l", "warning"),
-            ],
-            env,
-        )
-        pids.add(worker.process.pid)
+        workers = {
+            start(stack, f"celery{n}", worker_argv(f"peers{os.getpid()}-{n}"), env).process.pid
+            for n in range(WORKERS)
+        }
+        pids |= workers
         port = free_port()
         fastmcp = start(
             stack,
@@ -293,8 +290,8 @@ def main() -> None:
             peers[f"mcptasks_{kind}"] = Peer(kind, f"http://127.0.0.1:{port}/mcp", token)
         for name, peer in peers.items():
             wait_http(processes[name], peer.url)
-        time.sleep(5)  # the Celery worker's pool
-        results = measure(peers, args, pids, {worker.process.pid})
+        time.sleep(5)  # the Celery workers' start-up
+        results = measure(peers, args, pids, workers)
         from django.db import connections
 
         connections.close_all()

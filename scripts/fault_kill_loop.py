@@ -5,7 +5,8 @@ standalone.
 Creates a database of its own on the PostgreSQL server, migrates it, starts two worker processes
 and beat against it and Redis database 15 (flushed), then, N times: starts a ``fault_steps``
 task (five idempotent effects with durable sleeps between), kills -9 the worker running it at a
-random moment (its pool child, or the whole worker, which is then restarted) and — for
+random moment (its pool child, or the whole worker, which is then restarted; with `--pool solo`
+the whole worker every time) and — for
 ``--cancel-share`` of the kills — cancels the task right after, as a client giving up would; then
 waits for the task to end. Prints the figures and exits non-zero if any task missed the bound
 (lease + sweep + 10 s after its kill), lost a recorded step outcome, a cancelled one did not end
@@ -36,6 +37,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=100)
     parser.add_argument("--cancel-share", type=float, default=0.3, help="kills then cancelled")
     parser.add_argument("--seed", default="5")
+    parser.add_argument(
+        "--pool",
+        choices=("prefork", "solo"),
+        default="prefork",
+        help="the two workers' Celery pool (prefork: a kill takes the pool child or the worker)",
+    )
     standalone.add_arguments(parser, BROKER_DB)
     return parser.parse_args()
 
@@ -53,7 +60,7 @@ def main() -> int:
         conn = psycopg.connect(downstream.conninfo(), autocommit=True)
         downstream.install(conn)
         cluster = run.cluster()
-        cluster.start_workers("A", "B")
+        cluster.start_workers("A", "B", pool=args.pool)
         cluster.start_beat()
         tasks = harness.FaultTasks(run.cast)
         rng = random.Random(args.seed)

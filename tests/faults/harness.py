@@ -73,6 +73,7 @@ class Proc:
     name: str
     popen: subprocess.Popen[bytes]
     log_path: Path
+    pool: str = ""  # a worker's Celery pool: "prefork" (a main process and its children), "solo"
 
     @property
     def pid(self) -> int:
@@ -280,13 +281,14 @@ class Cluster:
                 "INFO",
             ],
         )
+        proc.pool = pool
         if wait:
             proc.wait_log(r" ready\.")
         return proc
 
-    def start_workers(self, *names: str) -> list[Proc]:
+    def start_workers(self, *names: str, pool: str = "prefork") -> list[Proc]:
         """Start several workers at once (each takes seconds to boot); wait for all."""
-        procs = [self.start_worker(name, wait=False) for name in names]
+        procs = [self.start_worker(name, pool=pool, wait=False) for name in names]
         for proc in procs:
             proc.wait_log(r" ready\.")
         return procs

@@ -21,14 +21,15 @@ from tests.faults.harness import SETTLE_S, Cluster, FaultTasks, wait_for
 STEPS = 5
 TOOL_ARGUMENTS: dict[str, Any] = {"steps": STEPS, "sleep_s": 0.1, "work_s": 0.1}
 KILL_WINDOW_S = 1.5
-# Share of kills that take the whole worker (master and pool) down instead of its pool child.
+# Share of kills that take the whole worker (master and pool) down instead of its pool child;
+# a solo worker is one process, so each of its kills takes it down.
 WORKER_KILL_SHARE = 0.3
 
 
 @dataclass
 class KillRecord:
     task_id: str
-    mode: str  # "child": the pool process running the task; "worker": master and pool
+    mode: str  # "child": the pool process running the task; "worker": master and pool (or solo)
     cancelled: bool  # tasks/cancel sent right after the kill
     delay_s: float  # after the task first ran
     state_at_kill: str  # what the task row said at the kill (running, or about to suspend)
@@ -72,7 +73,8 @@ def run_iteration(
     pid, state = found
     worker = cluster.worker_of(pid)
     assert worker is not None, f"pid {pid} of task {task_id} is none of this test's workers"
-    mode = "worker" if rng.random() < WORKER_KILL_SHARE else "child"
+    whole = rng.random() < WORKER_KILL_SHARE
+    mode = "worker" if whole or worker.pool == "solo" else "child"
     if mode == "child":
         os.kill(pid, signal.SIGKILL)
     else:
@@ -107,7 +109,7 @@ def run_iteration(
             # Restarted once the task ended: a booting worker would take one of the two CPUs
             # from the survivor doing the recovery being timed.
             worker.popen.wait(timeout=10)
-            cluster.start_worker(worker.name.split("#")[0])
+            cluster.start_worker(worker.name.split("#")[0], pool=worker.pool)
     row = checks.task_rows([task_id])[task_id]
     trail = checks.task_audit([task_id])[task_id]
     timeline = [

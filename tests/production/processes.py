@@ -122,9 +122,7 @@ class Stack:
                 "-A",
                 "mcptasks",
                 "worker",
-                "--pool=prefork",
-                "-c",
-                "2",
+                "--pool=solo",  # as docker-compose.yml runs them
                 "-n",
                 f"{name}@%h",
                 "-l",
