@@ -170,6 +170,7 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
                 InputRequest(
                     task_id=task_id,
                     tenant_id=tenant_id,
+                    principal_id=principal_id,
                     key="approval",
                     method="elicitation/create",
                     audience=Audience.OPERATOR,
@@ -189,6 +190,7 @@ def seed(task_count: int, event_count: int) -> dict[str, Any]:
                 InputRequest(
                     task_id=task_id,
                     tenant_id=tenant_id,
+                    principal_id=principal_id,
                     key="confirm",
                     method="elicitation/create",
                     audience=Audience.CLIENT,

@@ -27,7 +27,6 @@ from mcptasks.access.roles import (
 )
 from mcptasks.access.tasks import get_visible_task, task_for
 from mcptasks.models import (
-    ApiToken,
     Audience,
     InputKind,
     InputRequest,
@@ -234,25 +233,19 @@ def answerable_inputs(user: Any) -> QuerySet[InputRequest]:
 def answerable_inputs_before_gates(user: Any) -> QuerySet[InputRequest]:
     """:func:`answerable_inputs` before its approval gates are checked against their policies
     (:func:`refused_gate_ids`), for a caller that first asks, in the query it runs anyway,
-    whether any gate is among them — so a page with no pending gate reads none."""
+    whether any gate is among them — so a page with no pending gate reads none.
+
+    One query of the input requests alone (and of the user's answer delegations): the people
+    behind a request's task, whom the self-approval exclusions name, are recorded on the
+    request (``principal``, ``token_issuer``), so no task is read."""
     if not _authenticated(user):
         return InputRequest.objects.none()
     pending = InputRequest.objects.filter(
-        state="pending", audience__in=[Audience.OPERATOR, Audience.ANY]
+        state="pending",
+        audience__in=[Audience.OPERATOR, Audience.ANY],
+        tenant_id__in=member_tenant_ids(user),
     )
     tenants = tenants_where(user, Action.ANSWER)
-    # Who is behind a request's task (its principal, its token's issuer) decides the
-    # self-approval exclusions. A user who answers in whole tenants (an operator) passes nearly
-    # every pending request on the tenant test, so joining each request's task would read one
-    # task per request, more as the task table grows; instead the user's own waiting tasks are
-    # read once (few: a hashed subplan) and each request's task id is looked up in them. For
-    # the others the few requests left by the tests below are joined to their tasks.
-    by_tenant = tenants is None or bool(tenants)
-    waiting = Task.objects.filter(input_requests__state="pending")
-    own = waiting.filter(principal=user).values("pk")
-    by_proxy = waiting.filter(
-        token_id__in=ApiToken.objects.filter(issued_by=user).values("pk")
-    ).values("pk")
     if tenants is not None:
         delegated = TaskUserObjectPermission.objects.filter(
             user=user, permission__codename=DELEGATIONS["answer"]
@@ -260,18 +253,10 @@ def answerable_inputs_before_gates(user: Any) -> QuerySet[InputRequest]:
         pending = pending.filter(
             Q(tenant_id__in=tenants)
             | Q(task_id__in=delegated)
-            | Q(
-                audience=Audience.ANY,
-                **({"task_id__in": own} if by_tenant else {"task__principal": user}),
-            )
+            | Q(audience=Audience.ANY, principal=user)
         )
-    pending = pending.filter(tenant_id__in=member_tenant_ids(user))
-    if by_tenant:
-        return pending.exclude(forbid_self_approval=True, task_id__in=own).exclude(
-            forbid_self_approval=True, task_id__in=by_proxy
-        )
-    return pending.exclude(forbid_self_approval=True, task__principal=user).exclude(
-        forbid_self_approval=True, task__token__issued_by=user
+    return pending.exclude(forbid_self_approval=True, principal=user).exclude(
+        forbid_self_approval=True, token_issuer=user
     )
 
 

@@ -68,12 +68,15 @@ def task_request_input(
     )
     with transaction.atomic():
         _fence(task_id, attempt)
-        task = Task.objects.select_related("tenant").get(pk=task_id)
+        task = Task.objects.select_related("tenant", "token").get(pk=task_id)
+        issuer = task.token.issued_by_id if task.token is not None else None
         InputRequest.objects.bulk_create(
             [
                 InputRequest(
                     task_id=task_id,
                     tenant_id=task.tenant_id,
+                    principal_id=task.principal_id,
+                    token_issuer_id=issuer,
                     key=r.key,
                     method=r.method,
                     params=r.params,

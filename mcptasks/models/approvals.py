@@ -37,6 +37,22 @@ class GateOutcome(models.TextChoices):
 class InputRequest(models.Model):
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="input_requests")
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    # The people behind the task (``access.requesters``), copied from it when the request is
+    # made — neither changes over a task's life: its principal, and whoever issued the token
+    # that created it (None: no token, or its issuer unknown). Who may answer a request outside
+    # MCP and who may not approve their own is then read from the request alone, without
+    # joining the task table over its day partitions (issue 23).
+    principal = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    token_issuer = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,
+    )
     key = models.CharField(max_length=200)
     method = models.CharField(max_length=32)
     params = models.JSONField(default=dict)

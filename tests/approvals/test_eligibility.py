@@ -68,6 +68,8 @@ def test_who_may_decide_on_a_gate(
     request = InputRequest.objects.create(
         task=task,
         tenant=task.tenant,
+        principal_id=task.principal_id,
+        token_issuer_id=task.token.issued_by_id if task.token else None,
         key="approval",
         method="elicitation/create",
         audience="operator",

@@ -134,6 +134,7 @@ def extra_client_request(task: Task, env: Env) -> None:
     InputRequest.objects.create(
         task=task,
         tenant_id=task.tenant_id,
+        principal_id=task.principal_id,
         key="late",
         method="elicitation/create",
         params={},

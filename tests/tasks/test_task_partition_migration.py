@@ -2,7 +2,8 @@
 (``secrets.token_urlsafe``) and rows pointing at them: every task and dependent row survives
 under its id, the foreign keys point at the partitioned table and still hold, and new tasks go to
 their day's partition. Run on a database of its own (migrated to 0015 first), in processes of
-their own, as ``manage.py migrate`` runs in production."""
+their own, as ``manage.py migrate`` runs in production. The input request made before also gets
+the people behind its task (migration 0019)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,12 @@ second = task(retry_of=first)
 TaskStep.objects.create(task=first, key="now:1", kind="now", value=1)
 Effect.objects.create(task=first, tenant=alice["tenant"], step="deploy", idempotency_key="k",
                       state="applied")
-InputRequest.objects.create(task=second, tenant=alice["tenant"], key="ok", method="m",
-                            params={}, audience="client")
+with connection.cursor() as cursor:  # the model has columns (0019) this schema has not yet
+    cursor.execute(
+        "INSERT INTO mcptasks_inputrequest (task_id, tenant_id, key, method, params, audience, "
+        "forbid_self_approval, state, answered_via, created_at, kind, gate, outcome) VALUES "
+        "(%s, %s, 'ok', 'm', '{}', 'client', false, 'pending', '', now(), 'form', '{}', '')",
+        [second.pk, alice["tenant"].pk])
 assign_perm("mcptasks.view_task", bob["user"], second)
 with connection.cursor() as cursor:
     cursor.execute("SELECT relkind FROM pg_class WHERE relname = 'mcptasks_task'")
@@ -82,6 +87,8 @@ print(json.dumps({
     "steps": TaskStep.objects.filter(task_id=before["first"]).count(),
     "effects": Effect.objects.filter(task_id=before["first"]).count(),
     "inputs": InputRequest.objects.filter(task_id=before["second"]).count(),
+    "input_people": list(InputRequest.objects.filter(task_id=before["second"]).values_list(
+        "principal_id", "token_issuer_id").get()), "alice": alice["user"].pk,
     "perms": TaskUserObjectPermission.objects.filter(content_object_id=before["second"]).count(),
     "refused": refused, "referenced": referenced,
 }))
@@ -112,5 +119,6 @@ def test_partitioning_keeps_every_task_and_what_points_at_it(database: str, tmp_
     assert after["new_id"].startswith("~") and after["new_where"].startswith("mcptasks_task_p")
     assert after["retry_of"] == before["first"]
     assert (after["steps"], after["effects"], after["inputs"], after["perms"]) == (1, 1, 1, 1)
+    assert after["input_people"] == [after["alice"], None]  # filled from its task (0019)
     assert after["refused"]  # a row pointing at no task is refused: the foreign keys hold
     assert after["referenced"] == ["mcptasks_task"]
