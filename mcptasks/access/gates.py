@@ -50,8 +50,8 @@ def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:
         return NOT_A_MEMBER
     if request.kind == InputKind.APPROVAL:
         return may_decide(user, request, task)
-    if request.forbid_self_approval and user.pk in requesters(task):
-        return Decision(False, "the requester may not approve their own request")
+    if request.forbid_self_approval and user.pk in request_requesters(request, task):
+        return Decision(False, SELF_APPROVAL)
     is_owner = user.pk == task.principal_id
     is_operator = role_allows(user, task, Action.ANSWER)
     delegated = has_delegation(user, task, DELEGATIONS["answer"])
@@ -74,10 +74,19 @@ def may_answer(user: Any, request: InputRequest, task: Task) -> Decision:
 # naming is refused for oneself and for auditors (may_name).
 
 
-def gate_requesters(task: Task) -> dict[int, str]:
-    """:func:`requesters` — who may never decide on the task's gates (the principal and the
-    creating token's issuer) — with the reason, the same may_answer gives."""
-    return dict.fromkeys(requesters(task), "the requester may not approve their own request")
+SELF_APPROVAL = "the requester may not approve their own request"
+
+
+def request_requesters(request: InputRequest, task: Task) -> set[int]:
+    """Who may never answer ``request`` when it forbids self-approval, nor decide on it when it
+    is a gate: the people behind its task as recorded on it when it was made (the principal
+    and the creating token's issuer; the same that :func:`answerable_inputs` excludes), or, for
+    a request not saved, the task's :func:`requesters`."""
+    if request.principal_id is None:
+        return requesters(task)
+    return {request.principal_id} | (
+        {request.token_issuer_id} if request.token_issuer_id is not None else set()
+    )
 
 
 def reviewer_group_names(user: Any, tenant_id: int) -> set[str]:
@@ -123,9 +132,8 @@ def may_decide(user: Any, request: InputRequest, task: Task, *, now: Any = None)
         return Decision(False, "this input request is not an approval gate")
     if request.deadline_at is not None and request.deadline_at <= (now or timezone.now()):
         return Decision(False, "the approval gate has expired")
-    requesters = gate_requesters(task)
-    if user.pk in requesters:
-        return Decision(False, requesters[user.pk])
+    if user.pk in request_requesters(request, task):
+        return Decision(False, SELF_APPROVAL)
     roles = tenant_roles(user, task.tenant_id)
     if not roles:
         return Decision(False, "not a member of the task's tenant")

@@ -154,3 +154,25 @@ def test_a_request_records_the_people_behind_its_task(scene: dict[str, Task], us
         "alices": {(alice, None)},
         "other_tenant": {(bob, None)},
     }
+
+
+def test_deleting_the_creating_token_does_not_make_its_issuer_eligible(
+    scene: dict[str, Task], users: dict[str, Any]
+) -> None:
+    adam, task = users["adam"], scene["by_proxy"]
+    token = task.token
+    assert token is not None
+    token.delete()
+    task.refresh_from_db()
+    assert task.token_id is None
+
+    gates = {r.key for r in access.answerable_inputs(adam) if r.task_id == task.pk}
+    refused = [
+        access.may_answer(adam, task.input_requests.get(key=key), task)
+        for key in ("any_gate", "operator_gate")
+    ]
+
+    assert gates == {"operator", "any"}
+    assert [(bool(d), d.reason) for d in refused] == [
+        (False, "the requester may not approve their own request")
+    ] * 2
