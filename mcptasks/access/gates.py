@@ -30,11 +30,13 @@ from mcptasks.models import (
     Audience,
     InputKind,
     InputRequest,
+    InputState,
     ReviewerGroup,
     Role,
     Task,
     TaskUserObjectPermission,
 )
+from mcptasks.plans import written
 
 User = get_user_model()
 
@@ -248,9 +250,13 @@ def answerable_inputs_before_gates(user: Any) -> QuerySet[InputRequest]:
     request (``principal``, ``token_issuer``), so no task is read."""
     if not _authenticated(user):
         return InputRequest.objects.none()
+    # The state and the audiences are written into the statement (plans.written): a prepared
+    # statement's generic plan then knows the few pending requests from the many answered ones
+    # and keeps reading them by index (bound, it looked costlier at a million tasks, and every
+    # page planned its inbox queries afresh over the task partitions they join).
     pending = InputRequest.objects.filter(
-        state="pending",
-        audience__in=[Audience.OPERATOR, Audience.ANY],
+        Q(audience=written(Audience.OPERATOR)) | Q(audience=written(Audience.ANY)),
+        state=written(InputState.PENDING),
         tenant_id__in=member_tenant_ids(user),
     )
     tenants = tenants_where(user, Action.ANSWER)
@@ -261,7 +267,7 @@ def answerable_inputs_before_gates(user: Any) -> QuerySet[InputRequest]:
         pending = pending.filter(
             Q(tenant_id__in=tenants)
             | Q(task_id__in=delegated)
-            | Q(audience=Audience.ANY, principal=user)
+            | Q(audience=written(Audience.ANY), principal=user)
         )
     return pending.exclude(forbid_self_approval=True, principal=user).exclude(
         forbid_self_approval=True, token_issuer=user
@@ -271,7 +277,7 @@ def answerable_inputs_before_gates(user: Any) -> QuerySet[InputRequest]:
 def refused_gates(user: Any, pending: QuerySet[InputRequest]) -> list[InputRequest]:
     """The approval gates among ``pending`` whose policy does not let ``user`` decide (pending
     gates are few: one query reads them)."""
-    gates = pending.filter(kind=InputKind.APPROVAL).select_related("task")
+    gates = pending.filter(kind=written(InputKind.APPROVAL)).select_related("task")
     return [gate for gate in gates if not may_decide(user, gate, gate.task)]
 
 

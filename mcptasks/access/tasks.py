@@ -34,6 +34,7 @@ from mcptasks.access.roles import (
     tenants_where,
 )
 from mcptasks.models import Membership, Role, Task, TaskUserObjectPermission
+from mcptasks.plans import written
 
 User = get_user_model()
 CHANNELS = ("mcp", "rest", "dashboard")
@@ -279,7 +280,7 @@ def reconcilable_effects(user: Any) -> QuerySet[Any]:
     """Effects in ``unknown`` that ``user`` may reconcile: the operator's queue."""
     from mcptasks.models import Effect, EffectState
 
-    effects = Effect.objects.filter(state=EffectState.UNKNOWN)
+    effects = Effect.objects.filter(state=written(EffectState.UNKNOWN))  # see plans.written
     tenants = tenants_where(user, Action.RECONCILE)
     return effects if tenants is None else effects.filter(tenant_id__in=tenants)
 

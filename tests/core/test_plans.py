@@ -50,6 +50,42 @@ def test_the_navigations_stuck_cancel_count_reads_active_tasks_in_a_generic_plan
     assert "active_tenant" in plan or "active_principal" in plan, plan
 
 
+def _inbox_statements(user: Any) -> dict[str, Any]:
+    from mcptasks import access
+
+    pending = access.answerable_inputs_before_gates(user)
+    return {
+        "answerable requests": pending.select_related("task").order_by("created_at", "pk"),
+        "unknown effects": access.reconcilable_effects(user).select_related("task"),
+    }
+
+
+@pytest.mark.pg
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "who, statement",
+    [
+        ("olga", "answerable requests"),
+        ("adam", "answerable requests"),  # a member: by delegation or as the principal
+        ("olga", "unknown effects"),  # a member reconciles none: no statement
+    ],
+)
+def test_the_inbox_knows_its_states_in_its_generic_plans(
+    who: str, statement: str, cast: dict[str, Any]
+) -> None:
+    """The inbox's lists and every page's answerable count are prepared by the connections that
+    run them: with ``pending``, the audiences and ``unknown`` bound, their generic plans could
+    not tell the few pending requests from the many answered ones and looked costlier than
+    planning each execution, so at a million tasks each page planned them afresh (with the
+    join to the task table's day partitions, 3-4 ms apiece)."""
+    from tests.generic_plans import generic_plan
+
+    rows = _inbox_statements(cast[who]["user"])[statement]
+    plan = generic_plan(*rows.query.sql_with_params())
+    state = "'unknown'" if statement == "unknown effects" else "'pending'"
+    assert f"state)::text = {state}" in plan, plan
+
+
 @pytest.mark.pg
 @pytest.mark.django_db
 def test_a_search_is_planned_for_its_term_however_often_it_runs(
