@@ -287,15 +287,20 @@ def refused_gate_ids(user: Any, pending: QuerySet[InputRequest]) -> list[int]:
 
 def answer_decisions(user: Any, task: Task, requests: list[InputRequest]) -> dict[int, Decision]:
     """:func:`may_answer` for several requests of one task, by request pk, asking each distinct
-    (audience, self-approval) case once — may_answer reads nothing else of a request — so a
-    page costs a bounded number of queries however many requests it shows."""
-    decided: dict[tuple[str, bool], Decision] = {}
+    (audience, self-approval, recorded requesters) case once — may_answer reads nothing else of
+    a request — so a page costs a bounded number of queries however many requests it shows."""
+    decided: dict[tuple[str, bool, int | None, int | None], Decision] = {}
     decisions: dict[int, Decision] = {}
     for request in requests:
         if request.kind == InputKind.APPROVAL:
             decisions[request.pk] = may_decide(user, request, task)
             continue
-        case = (request.audience, request.forbid_self_approval)
+        case = (
+            request.audience,
+            request.forbid_self_approval,
+            request.principal_id,
+            request.token_issuer_id,
+        )
         if case not in decided:
             decided[case] = may_answer(user, request, task)
         decisions[request.pk] = decided[case]

@@ -13,7 +13,7 @@ import pytest
 from audit.record import Actor
 from mcptasks import access, lifecycle
 from mcptasks.lifecycle import InputSpec
-from mcptasks.models import Audience, Task, TaskState
+from mcptasks.models import Audience, InputKind, InputRequest, Role, Task, TaskState
 from mcptasks.tokens import issue_token
 
 pytestmark = pytest.mark.django_db
@@ -29,12 +29,23 @@ def ask(key: str, audience: str, *, gate: bool = False) -> InputSpec:
     )
 
 
+# Operators decide, and so does a named approver (an answer delegation).
+POLICY = {"roles": [Role.OPERATOR], "named_approvers": True}
 ASKS = [
     ask("client", Audience.CLIENT),
     ask("operator", Audience.OPERATOR),
     ask("any", Audience.ANY),
     ask("any_gate", Audience.ANY, gate=True),
     ask("operator_gate", Audience.OPERATOR, gate=True),
+    InputSpec(  # an approval gate (ctx.approve): decided under its policy, never by a requester
+        key="approval",
+        method="elicitation/create",
+        params={},
+        audience=Audience.OPERATOR,
+        forbid_self_approval=True,
+        kind=InputKind.APPROVAL,
+        gate={"summary": {}, "policy": POLICY},
+    ),
 ]
 
 
@@ -66,14 +77,16 @@ def scene(
 
 
 # What adam may answer outside MCP: operator and any requests of the tasks delegated to him in
-# his tenant (not the gates of the one whose token he issued), the any request of his own task
-# (not its gate): never a client request, alice's undelegated task or another tenant's.
+# his tenant, and the approval gate there as its named approver (not the gates of the one whose
+# token he issued), the any request of his own task (not its gates): never a client request,
+# alice's undelegated task or another tenant's.
 EXPECTED = {
     ("own", "any"),
     ("delegated", "operator"),
     ("delegated", "any"),
     ("delegated", "any_gate"),
     ("delegated", "operator_gate"),
+    ("delegated", "approval"),
     ("by_proxy", "operator"),
     ("by_proxy", "any"),
 }
@@ -113,7 +126,7 @@ def test_an_operator_answers_every_request_but_the_gates_of_tasks_behind_which_t
 
     listed = {(names[r.task_id], r.key) for r in access.answerable_inputs(olga)}
 
-    every = {"operator", "any", "any_gate", "operator_gate"}
+    every = {"operator", "any", "any_gate", "operator_gate", "approval"}
     assert listed == {
         *((name, key) for name in scene for key in every),
         *((name, key) for name in mine for key in ("operator", "any")),
@@ -121,6 +134,19 @@ def test_an_operator_answers_every_request_but_the_gates_of_tasks_behind_which_t
     for name, key in {(n, k) for n in {**scene, **mine} for k in every} - listed:
         task = {**scene, **mine}[name]
         assert not access.may_answer(olga, task.input_requests.get(key=key), task)
+
+
+@pytest.mark.parametrize("who", ["adam", "alice", "amy", "bob", "olga", "carl", "nobody"])
+def test_the_answerable_set_is_what_the_one_request_check_allows(
+    who: str, scene: dict[str, Task], users: dict[str, Any], django_user_model: Any
+) -> None:
+    user = django_user_model.objects.create_user("nobody") if who == "nobody" else users[who]
+    outside_mcp = InputRequest.objects.filter(state="pending").exclude(audience=Audience.CLIENT)
+    allowed = {
+        r.pk for r in outside_mcp.select_related("task") if access.may_answer(user, r, r.task)
+    }
+
+    assert {r.pk for r in access.answerable_inputs(user)} == allowed
 
 
 @pytest.mark.parametrize("user", ["adam", "olga", "alice", "carl"])
@@ -166,13 +192,41 @@ def test_deleting_the_creating_token_does_not_make_its_issuer_eligible(
     task.refresh_from_db()
     assert task.token_id is None
 
-    gates = {r.key for r in access.answerable_inputs(adam) if r.task_id == task.pk}
+    listed = {r.key for r in access.answerable_inputs(adam) if r.task_id == task.pk}
     refused = [
         access.may_answer(adam, task.input_requests.get(key=key), task)
-        for key in ("any_gate", "operator_gate")
+        for key in ("any_gate", "operator_gate", "approval")
     ]
+    decided = access.may_decide(adam, task.input_requests.get(key="approval"), task)
 
-    assert gates == {"operator", "any"}
-    assert [(bool(d), d.reason) for d in refused] == [
+    assert listed == {"operator", "any"}
+    assert [(bool(d), d.reason) for d in [*refused, decided]] == [
         (False, "the requester may not approve their own request")
-    ] * 2
+    ] * 4
+
+
+@pytest.mark.pg
+def test_a_request_inserted_without_its_requesters_gets_them_from_its_task(
+    scene: dict[str, Task], users: dict[str, Any]
+) -> None:
+    """Migrations run while the previous release still serves: its workers insert requests
+    without ``principal`` and ``token_issuer``, and PostgreSQL fills them from the task
+    (migration 0019's trigger) instead of refusing the row."""
+    from django.db import connection
+
+    task = scene["by_proxy"]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO mcptasks_inputrequest (task_id, tenant_id, key, method, params, "
+            "audience, forbid_self_approval, state, answered_via, created_at, kind, gate, "
+            "outcome) VALUES (%s, %s, 'old_release', 'elicitation/create', '{}', 'any', true, "
+            "'pending', '', now(), 'form', '{}', '')",
+            [task.pk, task.tenant_id],
+        )
+
+    request = task.input_requests.get(key="old_release")
+    assert (request.principal_id, request.token_issuer_id) == (
+        users["alice"].pk,
+        users["adam"].pk,
+    )
+    assert request not in access.answerable_inputs(users["adam"])

@@ -40,11 +40,21 @@ with connection.cursor() as cursor:  # the model has columns (0019) this schema 
         "forbid_self_approval, state, answered_via, created_at, kind, gate, outcome) VALUES "
         "(%s, %s, 'ok', 'm', '{}', 'client', false, 'pending', '', now(), 'form', '{}', '')",
         [second.pk, alice["tenant"].pk])
+from mcptasks.models import ApiToken
+token, _ = ApiToken.issue(user=alice["user"], tenant=alice["tenant"], issued_by=bob["user"])
+third = task(token=token)
+with connection.cursor() as cursor:
+    cursor.execute(
+        "INSERT INTO mcptasks_inputrequest (task_id, tenant_id, key, method, params, audience, "
+        "forbid_self_approval, state, answered_via, created_at, kind, gate, outcome) VALUES "
+        "(%s, %s, 'gate', 'm', '{}', 'operator', true, 'pending', '', now(), 'form', '{}', '')",
+        [third.pk, alice["tenant"].pk])
 assign_perm("mcptasks.view_task", bob["user"], second)
 with connection.cursor() as cursor:
     cursor.execute("SELECT relkind FROM pg_class WHERE relname = 'mcptasks_task'")
     assert cursor.fetchone()[0] == "r", "not a plain table before 0016"
-print(json.dumps({"ids": sorted([first.pk, second.pk]), "first": first.pk, "second": second.pk}))
+print(json.dumps({"ids": sorted([first.pk, second.pk, third.pk]), "first": first.pk,
+                  "second": second.pk, "third": third.pk}))
 """
 
 AFTER = """
@@ -87,8 +97,9 @@ print(json.dumps({
     "steps": TaskStep.objects.filter(task_id=before["first"]).count(),
     "effects": Effect.objects.filter(task_id=before["first"]).count(),
     "inputs": InputRequest.objects.filter(task_id=before["second"]).count(),
-    "input_people": list(InputRequest.objects.filter(task_id=before["second"]).values_list(
-        "principal_id", "token_issuer_id").get()), "alice": alice["user"].pk,
+    "input_people": [list(InputRequest.objects.filter(task_id=before[name]).values_list(
+        "principal_id", "token_issuer_id").get()) for name in ("second", "third")],
+    "alice": alice["user"].pk, "bob": cast["bob"]["user"].pk,
     "perms": TaskUserObjectPermission.objects.filter(content_object_id=before["second"]).count(),
     "refused": refused, "referenced": referenced,
 }))
@@ -119,6 +130,9 @@ def test_partitioning_keeps_every_task_and_what_points_at_it(database: str, tmp_
     assert after["new_id"].startswith("~") and after["new_where"].startswith("mcptasks_task_p")
     assert after["retry_of"] == before["first"]
     assert (after["steps"], after["effects"], after["inputs"], after["perms"]) == (1, 1, 1, 1)
-    assert after["input_people"] == [after["alice"], None]  # filled from its task (0019)
+    assert after["input_people"] == [  # filled from their tasks (0019)
+        [after["alice"], None],
+        [after["alice"], after["bob"]],  # the issuer of the token that created it
+    ]
     assert after["refused"]  # a row pointing at no task is refused: the foreign keys hold
     assert after["referenced"] == ["mcptasks_task"]
