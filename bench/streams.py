@@ -45,6 +45,7 @@ META = {
 }
 MARK = b'"notifications/tasks"'
 OPEN_BATCH = 100
+STREAMS_CAP = 100_000  # above any --streams and the leak check's 10,000
 
 
 def setup_django(database_url: str) -> dict[str, Any]:
@@ -448,7 +449,10 @@ def main() -> None:
 
         events.broadcast("warm-up", 0, 0)  # the sender loop and its Redis connection
         for kind in args.servers.split(","):
-            server = Server(kind, bench_env(url), RESULTS / f"streams-{kind}.log")
+            # Every stream is alice's: the per-principal cap (100 per web process by default)
+            # would refuse all but the first hundred.
+            env = bench_env(url, MCPTASKS_MAX_LISTEN_STREAMS_PER_PRINCIPAL=str(STREAMS_CAP))
+            server = Server(kind, env, RESULTS / f"streams-{kind}.log")
             rows = []
             leak = None
             try:
