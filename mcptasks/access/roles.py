@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from mcptasks.models import ApiToken, Membership, Role, Task, TaskUserObjectPermission
+from mcptasks.models import Membership, Role, Task, TaskUserObjectPermission
 
 
 class Action(StrEnum):
@@ -151,15 +151,5 @@ def requesters(task: Task) -> set[int]:
     """The people behind ``task``: its principal, and whoever issued the token that created
     it — a token issued for someone else does not make its issuer a bystander (no
     self-approval by proxy)."""
-    people = {task.principal_id}
-    if task.token_id is not None:
-        issuer = (
-            task.token.issued_by_id  # type: ignore[union-attr]
-            if Task.token.is_cached(task)
-            else ApiToken.objects.filter(pk=task.token_id)
-            .values_list("issued_by_id", flat=True)
-            .first()
-        )
-        if issuer is not None:
-            people.add(issuer)
-    return people
+    issuer = task.token_issuer_id()
+    return {task.principal_id} if issuer is None else {task.principal_id, issuer}

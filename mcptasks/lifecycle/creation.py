@@ -27,7 +27,6 @@ from mcptasks.lifecycle._core import (
 )
 from mcptasks.models import (
     ACTIVE_STATES,
-    ApiToken,
     Audience,
     InputRequest,
     InputState,
@@ -199,11 +198,7 @@ def _insert_creation_key(spec: NewTask, task: Task, now: datetime) -> None:
 def _insert_answered_inputs(spec: NewTask, task: Task, now: datetime) -> None:
     if not spec.answered_inputs:
         return
-    issuer = (
-        ApiToken.objects.filter(pk=spec.token_id).values_list("issued_by_id", flat=True).first()
-        if spec.token_id is not None
-        else None
-    )
+    issuer = task.token_issuer_id()
     for answered in spec.answered_inputs:
         InputRequest.objects.create(
             task=task,

@@ -69,7 +69,7 @@ def task_request_input(
     with transaction.atomic():
         _fence(task_id, attempt)
         task = Task.objects.select_related("tenant", "token").get(pk=task_id)
-        issuer = task.token.issued_by_id if task.token is not None else None
+        issuer = task.token_issuer_id()
         InputRequest.objects.bulk_create(
             [
                 InputRequest(

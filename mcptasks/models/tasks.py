@@ -163,6 +163,17 @@ class Task(models.Model):
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    def token_issuer_id(self) -> int | None:
+        """Who issued the token that created the task (None: no token, or its issuer unknown):
+        read from the token when it is loaded, else one query."""
+        if self.token_id is None:
+            return None
+        if Task.token.is_cached(self):
+            return self.token.issued_by_id  # type: ignore[union-attr]
+        return (
+            ApiToken.objects.filter(pk=self.token_id).values_list("issued_by_id", flat=True).first()
+        )
+
     @property
     def trace_id(self) -> str:
         """The OpenTelemetry trace id of the task ("" when it was created with tracing off)."""
