@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -16,27 +17,30 @@ from django.conf import settings
 
 security_log = logging.getLogger("mcptasks.security")
 
-# KEYS[1] bucket; ARGV: now (s), rate (tokens/s), burst, version ("" = none), ttl (s)
-# Returns the seconds to wait (0 = allowed). A new version (a state change the caller has not
-# seen) is always allowed without spending a token.
+# KEYS[1] bucket; ARGV: now (s), rate (tokens/s), burst, version ("" = none), ttl (s), want
+# (tokens to take at most, at least one). Returns the seconds to wait (0 = allowed) and the
+# tokens taken (0 when refused, or when allowed for free): a new version (a state change the
+# caller has not seen) is always allowed without spending a token.
 _LUA = """
 local now = tonumber(ARGV[1]); local rate = tonumber(ARGV[2]); local burst = tonumber(ARGV[3])
-local version = ARGV[4]; local ttl = tonumber(ARGV[5])
+local version = ARGV[4]; local ttl = tonumber(ARGV[5]); local want = tonumber(ARGV[6]) or 1
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts', 'version')
 local tokens = tonumber(state[1]) or burst
 local ts = tonumber(state[2]) or now
 tokens = math.min(burst, tokens + (now - ts) * rate)
 local wait = 0
+local taken = 0
 if version ~= '' and version ~= state[3] then
   redis.call('HSET', KEYS[1], 'version', version)
 elseif tokens >= 1 then
-  tokens = tokens - 1
+  taken = math.max(1, math.min(want, math.floor(tokens)))
+  tokens = tokens - taken
 else
   wait = (1 - tokens) / rate
 end
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'ts', tostring(now))
 redis.call('EXPIRE', KEYS[1], ttl)
-return tostring(wait)
+return {tostring(wait), taken}
 """
 
 
@@ -46,7 +50,9 @@ class MemoryBuckets:
         self._buckets: dict[str, tuple[float, float, str]] = {}
         self._windows: dict[str, tuple[float, int]] = {}
 
-    def take(self, key: str, rate: float, burst: float, version: str = "") -> float:
+    def take(self, key: str, rate: float, burst: float, version: str = "", lease: int = 1) -> float:
+        """Spend a token of bucket ``key``; return the seconds to wait (0: allowed). ``lease``
+        matters only to :class:`RedisBuckets` (this bucket is the process's own already)."""
         now = time.monotonic()
         with self._lock:
             tokens, stamp, seen = self._buckets.get(key, (burst, now, ""))
@@ -63,7 +69,9 @@ class MemoryBuckets:
             self._buckets[key] = (tokens, now, seen)
         return wait
 
-    async def take_async(self, key: str, rate: float, burst: float, version: str = "") -> float:
+    async def take_async(
+        self, key: str, rate: float, burst: float, version: str = "", lease: int = 1
+    ) -> float:
         return self.take(key, rate, burst, version)
 
     def count(self, key: str, window_s: float) -> int:
@@ -85,6 +93,61 @@ class MemoryBuckets:
             self._windows.clear()
 
 
+class Stock:
+    """Tokens this process took from shared buckets ahead of use (a bucket's *lease*), each
+    bucket's spent one by one without a round trip.
+
+    A lease of ``n`` tokens is kept for ``n / rate`` seconds, the time the shared bucket takes
+    to earn them back, and only for the version the bucket had recorded: so a principal never
+    gets more than one bucket allows (its burst, then its rate), whichever processes answer
+    it. What a lease leaves unspent is lost, which only ever refuses sooner: a client that
+    alternates between web processes may meet the limit before its burst is spent.
+    """
+
+    LIMIT = 100_000  # buckets held at once; past it all are dropped (bounded memory)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, tuple[int, str, float]] = {}  # tokens, version, until (monotonic)
+        self._pid = os.getpid()
+
+    def spend(self, key: str, version: str) -> bool:
+        """Spend one held token of ``key`` seen at ``version``; False if none is held."""
+        with self._lock:
+            if self._pid != os.getpid():  # a forked child holds nothing its parent took
+                self._held, self._pid = {}, os.getpid()
+            held = self._held.get(key)
+            if held is None:
+                return False
+            tokens, seen, until = held
+            if seen != version or time.monotonic() >= until:
+                del self._held[key]
+                return False
+            if tokens > 1:
+                self._held[key] = (tokens - 1, seen, until)
+            else:
+                del self._held[key]
+            return True
+
+    def keep(self, key: str, version: str, taken: int, rate: float) -> None:
+        """Hold what a lease of ``taken`` tokens leaves after this request spent one."""
+        if taken <= 1:
+            return
+        until = time.monotonic() + taken / rate
+        with self._lock:
+            tokens, seen, earlier = self._held.get(key, (0, version, until))
+            if seen != version:
+                tokens, earlier = 0, until
+            if len(self._held) >= self.LIMIT:
+                self._held.clear()
+            # Tokens of an earlier lease never outlive their own window.
+            self._held[key] = (tokens + taken - 1, version, min(earlier, until))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+
 class RedisBuckets:
     def __init__(self, url: str) -> None:
         import redis
@@ -95,19 +158,28 @@ class RedisBuckets:
         self._async_lines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
+        self._stock = Stock()
 
-    def take(self, key: str, rate: float, burst: float, version: str = "") -> float:
+    def take(self, key: str, rate: float, burst: float, version: str = "", lease: int = 1) -> float:
+        """:meth:`MemoryBuckets.take`, shared by every web process. With ``lease`` above one,
+        up to that many tokens are taken at once and the rest spent here (:class:`Stock`)."""
+        if lease > 1 and self._stock.spend(key, version):
+            return 0.0
         try:
-            result: Any = self._script(**self._script_args(key, rate, burst, version))
+            result: Any = self._script(**self._script_args(key, rate, burst, version, lease))
         except Exception:
             security_log.warning("rate limiter unavailable; allowing the request", exc_info=True)
             return 0.0
-        return float(result)
+        return self._settle(key, version, rate, result)
 
-    async def take_async(self, key: str, rate: float, burst: float, version: str = "") -> float:
+    async def take_async(
+        self, key: str, rate: float, burst: float, version: str = "", lease: int = 1
+    ) -> float:
         """``take`` from an event loop (the fast ``tasks/get``): one connection of that loop's
         own, used one command at a time — without the client's pool and retry machinery, which
         cost more than the round trip."""
+        if lease > 1 and self._stock.spend(key, version):
+            return 0.0
         loop = asyncio.get_running_loop()
         line = self._async_lines.get(loop)
         if line is None:
@@ -121,7 +193,7 @@ class RedisBuckets:
                 asyncio.Lock(),
             )
         connection, lock = line
-        args = self._script_args(key, rate, burst, version)
+        args = self._script_args(key, rate, burst, version, lease)
         try:
             async with lock:
                 result: Any = await self._evalsha(connection, args)
@@ -129,7 +201,13 @@ class RedisBuckets:
             await connection.disconnect()  # the next command reconnects
             security_log.warning("rate limiter unavailable; allowing the request", exc_info=True)
             return 0.0
-        return float(result)
+        return self._settle(key, version, rate, result)
+
+    def _settle(self, key: str, version: str, rate: float, result: Any) -> float:
+        """The script's answer: the wait; a lease's tokens beyond this request's are held."""
+        wait, taken = float(result[0]), int(result[1])
+        self._stock.keep(key, version, taken, rate)
+        return wait
 
     async def _evalsha(self, connection: Any, args: dict[str, Any]) -> Any:
         from redis.exceptions import NoScriptError
@@ -155,11 +233,17 @@ class RedisBuckets:
             return 0
 
     @staticmethod
-    def _script_args(key: str, rate: float, burst: float, version: str) -> dict[str, Any]:
+    def _script_args(
+        key: str, rate: float, burst: float, version: str, lease: int = 1
+    ) -> dict[str, Any]:
         ttl = max(60, math.ceil(burst / rate) * 2)
-        return {"keys": [f"mcptasks:rl:{key}"], "args": [time.time(), rate, burst, version, ttl]}
+        return {
+            "keys": [f"mcptasks:rl:{key}"],
+            "args": [time.time(), rate, burst, version, ttl, max(lease, 1)],
+        }
 
     def reset(self) -> None:
+        self._stock.clear()
         for key in self._client.scan_iter("mcptasks:rl:*"):
             self._client.delete(key)
 
@@ -186,7 +270,9 @@ def check_poll(*, principal_id: int, task_id: str, poll_interval_ms: int, versio
     The first poll after a state change is never throttled.
     """
     key, rate = _poll_bucket(principal_id, task_id, poll_interval_ms)
-    wait = buckets().take(key, rate, settings.MCPTASKS_POLL_BURST, version=str(version))
+    wait = buckets().take(
+        key, rate, settings.MCPTASKS_POLL_BURST, version=str(version), lease=_poll_lease()
+    )
     _refuse_poll(wait, poll_interval_ms)
 
 
@@ -195,8 +281,14 @@ async def check_poll_async(
 ) -> None:
     """:func:`check_poll` from the event loop (the fast ``tasks/get`` path)."""
     key, rate = _poll_bucket(principal_id, task_id, poll_interval_ms)
-    wait = await buckets().take_async(key, rate, settings.MCPTASKS_POLL_BURST, version=str(version))
+    wait = await buckets().take_async(
+        key, rate, settings.MCPTASKS_POLL_BURST, version=str(version), lease=_poll_lease()
+    )
     _refuse_poll(wait, poll_interval_ms)
+
+
+def _poll_lease() -> int:
+    return max(1, settings.MCPTASKS_POLL_LEASE)
 
 
 def _poll_bucket(principal_id: int, task_id: str, poll_interval_ms: int) -> tuple[str, float]:

@@ -344,3 +344,76 @@ def test_memory_bucket_answers_the_event_loop_caller_from_the_same_state():
     bucket = limits.MemoryBuckets()
     assert bucket.take("k", 0.001, 1) == 0
     assert asyncio.run(bucket.take_async("k", 0.001, 1)) > 0
+
+
+def _redis_tokens(bucket: limits.RedisBuckets, key: str) -> float:
+    return float(bucket._client.hget(f"mcptasks:rl:{key}", "tokens"))
+
+
+@pytest.mark.redis
+def test_a_poll_lease_spends_its_tokens_here_without_a_round_trip():
+    bucket = limits.RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+    bucket.reset()
+    key, rate, burst = "poll:test-lease", 0.001, 10
+    assert bucket.take(key, rate, burst, lease=4) == 0
+    assert _redis_tokens(bucket, key) == pytest.approx(6, abs=0.01)  # four taken at once
+    bucket._client.delete(f"mcptasks:rl:{key}")  # proof that the next three never ask Redis
+    assert [bucket.take(key, rate, burst, lease=4) for _ in range(3)] == [0, 0, 0]
+    assert not bucket._client.exists(f"mcptasks:rl:{key}")
+    assert bucket.take(key, rate, burst, lease=4) == 0  # the lease is spent: Redis again
+    assert _redis_tokens(bucket, key) == pytest.approx(6, abs=0.01)
+    bucket.reset()
+
+
+@pytest.mark.redis
+def test_leases_of_two_processes_never_allow_more_than_the_burst():
+    import asyncio
+
+    first = limits.RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+    second = limits.RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+    first.reset()
+    key, rate, burst = "poll:test-two", 0.001, 10
+    allowed = 0
+    for _ in range(12):  # alternating, one on the event loop: each spends its own lease
+        allowed += first.take(key, rate, burst, lease=4) == 0
+        allowed += asyncio.run(second.take_async(key, rate, burst, lease=4)) == 0
+    assert allowed == burst
+    first.reset()
+
+
+@pytest.mark.redis
+def test_a_lease_lasts_as_long_as_the_bucket_takes_to_earn_it_back(monkeypatch):
+    bucket = limits.RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+    bucket.reset()
+    now = [1000.0]
+    monkeypatch.setattr(limits.time, "monotonic", lambda: now[0])
+    key, rate, burst = "poll:test-expiry", 0.5, 10  # four tokens are earned in 8 s
+    assert bucket.take(key, rate, burst, lease=4) == 0
+    now[0] += 7.9
+    assert bucket._stock.spend(key, "")  # still held
+    now[0] += 0.2
+    assert not bucket._stock.spend(key, "")  # past 8 s the rest is dropped
+    bucket.reset()
+
+
+@pytest.mark.redis
+def test_a_new_version_is_never_answered_from_a_lease_of_the_old_one():
+    bucket = limits.RedisBuckets(settings.MCPTASKS_LIMITS_REDIS_URL)
+    bucket.reset()
+    key, rate, burst = "poll:test-version", 0.001, 10
+    assert bucket.take(key, rate, burst, version="1", lease=4) == 0  # a new version: free
+    assert bucket.take(key, rate, burst, version="1", lease=4) == 0  # four taken
+    assert _redis_tokens(bucket, key) == pytest.approx(6, abs=0.01)
+    assert bucket.take(key, rate, burst, version="2", lease=4) == 0  # asked of Redis: free
+    assert bucket._client.hget(f"mcptasks:rl:{key}", "version") == b"2"
+    assert _redis_tokens(bucket, key) == pytest.approx(6, abs=0.01)
+    assert not bucket._stock.spend(key, "1")  # the old version's lease is gone
+    bucket.reset()
+
+
+def test_a_forked_process_holds_none_of_its_parents_lease(monkeypatch):
+    stock = limits.Stock()
+    stock.keep("poll:k", "", 5, rate=1.0)
+    assert stock.spend("poll:k", "")
+    monkeypatch.setattr(limits.os, "getpid", lambda: -1)
+    assert not stock.spend("poll:k", "")
