@@ -148,6 +148,37 @@ def bench_database(name: str) -> Iterator[str]:
         psql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
+@contextmanager
+def private_redis() -> Iterator[subprocess.Popen[bytes]]:
+    """A ``redis-server`` of this run's own on a free port, nothing saved, named by
+    ``BENCH_REDIS`` for this process and its children (so two runs side by side never share a
+    queue or a bucket); stopped afterwards."""
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            *("redis-server", "--bind", "127.0.0.1", "--port", str(port)),
+            *("--save", "", "--appendonly", "no"),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
+    previous = os.environ.get("BENCH_REDIS")
+    os.environ["BENCH_REDIS"] = f"127.0.0.1:{port}"
+    try:
+        for _ in range(100):
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        yield server
+    finally:
+        if previous is None:
+            os.environ.pop("BENCH_REDIS", None)
+        else:
+            os.environ["BENCH_REDIS"] = previous
+        server.terminate()
+        server.wait(timeout=10)
+
+
 def bench_env(database_url: str, redis_db: int = 3, **extra: str) -> dict[str, str]:
     return {
         **os.environ,

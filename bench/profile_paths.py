@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.common import BIN, RESULTS, bench_database, free_port
+from bench.common import BIN, RESULTS, bench_database, private_redis
 from bench.end_to_end import server_env
 from bench.peer_client import Peer
 
@@ -203,14 +203,7 @@ def main() -> None:
     args = parser.parse_args()
     RESULTS.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
-        port = free_port()
-        redis = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-        )
-        stack.callback(lambda: (redis.terminate(), redis.wait(timeout=10)))
-        os.environ["BENCH_REDIS"] = f"127.0.0.1:{port}"
-        time.sleep(0.5)
+        stack.enter_context(private_redis())
         url = stack.enter_context(bench_database(f"mcptasks_bench_profile_{os.getpid()}"))
         from bench.peers import seed
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(REPO))
+from bench.common import private_redis  # noqa: E402
 
 
 def run(argv: list[str]) -> bool:
@@ -32,6 +35,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--only", choices=["peers"], help="run only this section")
     args = parser.parse_args()
+    if os.environ.get("BENCH_REDIS"):
+        run_all(args)
+        return
+    # A Redis of this run's own (the benchmarks flush their databases): another run, or the
+    # tests, may use the machine's Redis meanwhile.
+    with private_redis():
+        run_all(args)
+
+
+def run_all(args: argparse.Namespace) -> None:
     started = time.monotonic()
     RESULTS.mkdir(parents=True, exist_ok=True)
     if args.only == "peers":
