@@ -7,6 +7,8 @@ derived from the database at scrape time, so every web process reports the same 
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,14 +68,55 @@ LISTEN_STREAMS = Gauge(
 )
 
 
+class EndedCounts:
+    """The ended tasks by state, counted at most every ``MCPTASKS_METRICS_ENDED_COUNT_S`` per
+    process: they are most of the task table, so counting them reads every row, while the
+    active states are counted at every scrape from the rows in those states alone."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+        self._read_at: float | None = None
+
+    def get(self) -> dict[str, int]:
+        from mcptasks.models import TERMINAL_STATES, Task
+
+        with self._lock:
+            now = time.monotonic()
+            due = settings.MCPTASKS_METRICS_ENDED_COUNT_S
+            if self._read_at is None or now - self._read_at >= due:
+                self._counts = _counts_by_state(Task.objects.filter(state__in=TERMINAL_STATES))
+                self._read_at = now
+            return self._counts
+
+    def clear(self) -> None:
+        with self._lock:
+            self._read_at = None
+
+
+ENDED_COUNTS = EndedCounts()
+
+
+def _counts_by_state(tasks: Any) -> dict[str, int]:
+    return dict(tasks.values_list("state").annotate(n=Count("pk")).order_by())
+
+
 class DatabaseCollector(Collector):
     """Gauges read from PostgreSQL/SQLite at scrape time (correct across processes)."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from mcptasks.models import Effect, EffectState, Task, TaskState
+        from mcptasks.models import ACTIVE_STATES, Effect, EffectState, Task, TaskState
 
-        by_state = GaugeMetricFamily("mcptasks_tasks", "Tasks by internal state", labels=["state"])
-        counts = dict(Task.objects.values_list("state").annotate(n=Count("pk")))
+        by_state = GaugeMetricFamily(
+            "mcptasks_tasks",
+            "Tasks by internal state (the ended states' counts at most "
+            "MCPTASKS_METRICS_ENDED_COUNT_S old)",
+            labels=["state"],
+        )
+        counts = {
+            **_counts_by_state(Task.objects.filter(state__in=ACTIVE_STATES)),
+            **ENDED_COUNTS.get(),
+        }
         for state in TaskState:
             by_state.add_metric([state.value], counts.get(state.value, 0))
         yield by_state

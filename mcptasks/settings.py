@@ -432,6 +432,10 @@ MCPTASKS_JWT_TENANT_CLAIM = env_str("MCPTASKS_JWT_TENANT_CLAIM", "tenant")
 
 # ---------------------------------------------------------------- metrics
 PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR")
+# How old /metrics' counts of ended tasks may be, in seconds: counting them reads most of the
+# task table, so each web process does it at most this often (the active states' counts are
+# read at every scrape). 0: at every scrape.
+MCPTASKS_METRICS_ENDED_COUNT_S = env_int("MCPTASKS_METRICS_ENDED_COUNT_S", 300)
 
 # ---------------------------------------------------------------- audit
 # Public keys (besides this server's own) whose signed export manifests verify_export trusts:

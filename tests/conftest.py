@@ -32,6 +32,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # the day to end and has its own tests, tests/tasks/test_task_partitions.py.
     os.environ.setdefault("MCPTASKS_TASK_PARTITION_PURGE", "0")
     settings.MCPTASKS_TASK_PARTITION_PURGE = os.environ["MCPTASKS_TASK_PARTITION_PURGE"] == "1"
+    # The general suite reads /metrics right after the transitions it makes: the ended tasks
+    # are counted at every scrape, here and in the servers it starts. Their counts kept for
+    # MCPTASKS_METRICS_ENDED_COUNT_S (the default) have their own tests:
+    # tests/production/test_metrics_ended_counts.py.
+    os.environ.setdefault("MCPTASKS_METRICS_ENDED_COUNT_S", "0")
+    settings.MCPTASKS_METRICS_ENDED_COUNT_S = int(os.environ["MCPTASKS_METRICS_ENDED_COUNT_S"])
     # Tests run jobs themselves (embedded.drain, runner.run_task): the application must not
     # start the embedded default's worker threads on its first request.
     from mcptasks import embedded
