@@ -26,6 +26,8 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from mcptasks.plans import written
+
 TRANSITIONS = Counter("mcptasks_transitions_total", "Task state transitions", ["verb"])
 TASK_CREATE_SECONDS = Histogram(
     "mcptasks_task_create_seconds",
@@ -114,7 +116,10 @@ class DatabaseCollector(Collector):
             labels=["state"],
         )
         counts = {
-            **_counts_by_state(Task.objects.filter(state__in=ACTIVE_STATES)),
+            # Written in (plans.written): a prepared statement's plan reads those rows alone.
+            **_counts_by_state(
+                Task.objects.filter(state__in=[written(state) for state in sorted(ACTIVE_STATES)])
+            ),
             **ENDED_COUNTS.get(),
         }
         for state in TaskState:

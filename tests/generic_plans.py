@@ -22,10 +22,9 @@ def generic_plan(sql: str, values: Sequence[Any]) -> str:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute(f"PREPARE generic_plan_of AS {numbered}")
         try:
+            arguments = f" ({', '.join(['%s'] * len(values))})" if values else ""
             cursor.execute(
-                connection.ops.compose_sql(
-                    f"EXPLAIN EXECUTE generic_plan_of ({', '.join(['%s'] * len(values))})", values
-                )
+                connection.ops.compose_sql(f"EXPLAIN EXECUTE generic_plan_of{arguments}", values)
             )
             return "\n".join(row[0] for row in cursor.fetchall())
         finally:

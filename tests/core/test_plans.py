@@ -235,3 +235,56 @@ def test_the_claims_running_count_knows_its_state_in_its_generic_plan() -> None:
 
     plan = generic_plan(_running_statement(), [1, 1])
     assert "(state)::text = 'running'::text" in plan, plan
+
+
+@pytest.mark.pg
+@pytest.mark.django_db(transaction=True)
+def test_the_operations_figures_run_on_their_generic_plans_however_often_they_run(
+    make_task: Any,
+) -> None:
+    """The operations page and /metrics (mcptasks.operations.snapshot): with a bound timestamp
+    PostgreSQL could not cost the lease and last-hour queries' generic plans and planned them at
+    every request, 1 ms apiece at 100,000 tasks (``bench/operations_timing.py``)."""
+    from mcptasks import operations
+    from mcptasks.conf import PREPARE_THRESHOLD
+
+    make_task()
+    for _ in range(PREPARE_THRESHOLD + 5 + 3):
+        operations.snapshot()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
+            " WHERE statement LIKE %s AND (statement LIKE %s OR statement LIKE %s)",
+            ['%"mcptasks_task"%', '%lease_expires_at" < %', '%updated_at" >= %'],
+        )
+        plans = cursor.fetchall()
+        cursor.execute("SHOW plan_cache_mode")
+        after = cursor.fetchone()[0]
+    assert len(plans) == 2, plans
+    assert all(generic > 0 and custom == 0 for _, generic, custom in plans), plans
+    assert after == "auto"  # the snapshot's setting did not outlive it
+
+
+@pytest.mark.pg
+@pytest.mark.django_db
+def test_the_active_task_count_of_metrics_knows_its_states_in_its_generic_plan() -> None:
+    """/metrics counts the active states at every scrape: written in, their generic plan reads
+    the rows in those states through an index, however many ended tasks the table holds."""
+    from tests.generic_plans import generic_plan
+
+    captured: list[tuple[str, Any]] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        captured.append((sql, params))
+        return execute(sql, params, many, context)
+
+    from mcptasks import metrics
+
+    with connection.execute_wrapper(capture):
+        list(metrics.DatabaseCollector().collect())
+    (sql, params), *_ = [(s, p) for s, p in captured if "'awaiting_input'" in s]
+    plan = generic_plan(sql, params or ())
+    from mcptasks.models import ACTIVE_STATES
+
+    states = ",".join(sorted(ACTIVE_STATES))
+    assert f"state)::text = ANY ('{{{states}}}'" in plan and "Index" in plan, plan

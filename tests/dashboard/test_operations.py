@@ -84,7 +84,8 @@ def test_the_backlog_by_tenant_and_by_tool_is_read_in_one_pass(make_task):
     make_task("bob", tool_name="ask_twice")
     with CaptureQueriesContext(connection) as queries:
         ops = operations.snapshot()
-    backlog = [q["sql"] for q in queries.captured_queries if "'queued', 'running'" in q["sql"]]
+    # (the states written into the statement: mcptasks.plans.written)
+    backlog = [q["sql"] for q in queries.captured_queries if "('queued'), ('running')" in q["sql"]]
     assert len(backlog) == 1, backlog
     assert [r["name"] for r in ops.by_tenant] == ["acme", "globex"]
     assert [r["name"] for r in ops.by_tool] == ["ask_twice", "echo_task"]
