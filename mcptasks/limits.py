@@ -109,13 +109,16 @@ class Stock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, str, float]] = {}  # tokens, version, until (monotonic)
-        self._pid = os.getpid()
+        # A forked child holds nothing its parent took (nor a lock a parent thread held).
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._lock = threading.Lock()
+        self._held = {}
 
     def spend(self, key: str, version: str) -> bool:
         """Spend one held token of ``key`` seen at ``version``; False if none is held."""
         with self._lock:
-            if self._pid != os.getpid():  # a forked child holds nothing its parent took
-                self._held, self._pid = {}, os.getpid()
             held = self._held.get(key)
             if held is None:
                 return False

@@ -311,9 +311,11 @@ MCPTASKS_AUDIT_MAX_DATA_BYTES = env_int("MCPTASKS_AUDIT_MAX_DATA_BYTES", 16_384)
 MCPTASKS_AUDIT_SEAL_DELAY_MS = env_int("MCPTASKS_AUDIT_SEAL_DELAY_MS", 100 if DATABASE_URL else 0)
 MCPTASKS_TOKEN_LAST_USED_INTERVAL_S = 60
 # tasks/get of a token's owner is answered on the event loop with one query on an async pool of
-# at most this many connections per web process (PostgreSQL; mcptasks/mcp/fast_get.py).
+# at most this many connections per web process (PostgreSQL; mcptasks/mcp/fast_get.py), opened
+# as concurrent polls need them and closed after 10 idle minutes. With 4, 32 concurrent polls
+# queued for a connection and a poll cost a fifth more CPU (bench/PROFILE-23.md).
 MCPTASKS_FAST_TASKS_GET = env_bool("MCPTASKS_FAST_TASKS_GET", default=True)
-MCPTASKS_FAST_TASKS_GET_POOL_MAX = env_int("MCPTASKS_FAST_TASKS_GET_POOL_MAX", 4)
+MCPTASKS_FAST_TASKS_GET_POOL_MAX = env_int("MCPTASKS_FAST_TASKS_GET_POOL_MAX", 16)
 # Server-side prepared statement for it; off by default behind a pooler (PgBouncer keeps them
 # in transaction mode only from 1.21, with max_prepared_statements set).
 MCPTASKS_FAST_TASKS_GET_PREPARE = env_bool(
