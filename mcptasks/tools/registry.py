@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import re
@@ -63,9 +64,10 @@ class ToolDef:
     retryable: bool = True
     pack: str = ""
 
-    @property
+    @functools.cached_property
     def policy_revision(self) -> str:
-        """Digest of everything that decides how the tool's tasks behave."""
+        """Digest of everything that decides how the tool's tasks behave (computed once: a
+        tool's definition does not change once registered; every creation binds it)."""
         return digest(
             {
                 "name": self.name,
