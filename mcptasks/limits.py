@@ -109,8 +109,7 @@ class Stock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[str, tuple[int, str, float]] = {}  # tokens, version, until (monotonic)
-        # A forked child holds nothing its parent took (nor a lock a parent thread held).
-        os.register_at_fork(after_in_child=self._forget)
+        _stocks.add(self)
 
     def _forget(self) -> None:
         self._lock = threading.Lock()
@@ -149,6 +148,18 @@ class Stock:
     def clear(self) -> None:
         with self._lock:
             self._held.clear()
+
+
+_stocks: weakref.WeakSet[Stock] = weakref.WeakSet()
+
+
+def _forget_stocks() -> None:
+    """A forked child holds nothing its parent took (nor a lock a parent thread held)."""
+    for stock in list(_stocks):
+        stock._forget()
+
+
+os.register_at_fork(after_in_child=_forget_stocks)
 
 
 class RedisBuckets:
