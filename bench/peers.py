@@ -49,6 +49,7 @@ from bench.common import (
     bench_database,
     free_port,
     median,
+    private_redis,
     tree_cpu_s,
     uvicorn_argv,
     worker_argv,
@@ -241,19 +242,12 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     with ExitStack() as stack:
-        redis_port = free_port()
-        redis = start(
-            stack,
-            "redis",
-            ["redis-server", "--port", str(redis_port), "--save", "", "--appendonly", "no"],
-            dict(os.environ),
-        )
-        os.environ["BENCH_REDIS"] = f"127.0.0.1:{redis_port}"
+        redis = stack.enter_context(private_redis())
         url = stack.enter_context(bench_database(f"mcptasks_bench_peers_{os.getpid()}"))
         token = seed(url)
         var_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="peers-var-"))
         env = {**server_env(url), "MCPTASKS_VAR_DIR": var_dir}
-        pids = {redis.process.pid}
+        pids = {redis.pid}
         beat = start(
             stack, "beat", [str(BIN / "celery"), "-A", "mcptasks", "beat", "-l", "warning"], env
         )
@@ -270,7 +264,7 @@ def main() -> None:
             uvicorn_argv("bench.peer_fastmcp_app:app", port, lifespan="on"),
             {
                 **os.environ,
-                "PEER_DOCKET_URL": f"redis://127.0.0.1:{redis_port}/6",
+                "PEER_DOCKET_URL": f"redis://{os.environ['BENCH_REDIS']}/6",
                 "FASTMCP_LOG_LEVEL": "WARNING",
             },
         )
